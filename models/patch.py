@@ -1,0 +1,89 @@
+"""A patch transformer classifier (ViT): 2-D patches, cls token, encoder, head.
+
+It knows nothing of images or spectrograms: any (B, C, H, W) input is cut into patches.
+``forward_features`` (backbone) is separate from ``forward_head`` (task head), as in timm.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from models.transformer import TransformerEncoder
+
+
+def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
+    return (x, x) if isinstance(x, int) else tuple(x)
+
+
+def num_patches(
+    input_size: tuple[int, int], patch_size: tuple[int, int], stride: tuple[int, int]
+) -> tuple[int, int]:
+    """Patches along each axis: floor((size - patch) / stride) + 1."""
+    return tuple((s - p) // st + 1 for s, p, st in zip(input_size, patch_size, stride, strict=True))
+
+
+class PatchEmbed2d(nn.Module):
+    """Linear embedding of (possibly overlapping) patches, as a strided convolution."""
+
+    def __init__(
+        self, input_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+        in_chans: int, dim: int, stride: int | tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.input_size, self.patch_size = _pair(input_size), _pair(patch_size)
+        self.stride = self.patch_size if stride is None else _pair(stride)
+        if any(p > s for p, s in zip(self.patch_size, self.input_size, strict=True)):
+            raise ValueError(
+                f"patch size {self.patch_size} is larger than the input {self.input_size}; "
+                f"use a smaller patch_size"
+            )
+        if any(st <= 0 for st in self.stride):
+            raise ValueError(f"patch stride must be positive, got {self.stride}")
+        self.grid = num_patches(self.input_size, self.patch_size, self.stride)
+        self.num_patches = self.grid[0] * self.grid[1]
+        self.proj = nn.Conv2d(in_chans, dim, self.patch_size, self.stride)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)  # (B, num_patches, dim)
+
+
+class PatchTransformerClassifier(nn.Module):
+    """ViT: patch embedding, cls token, transformer encoder, cls-token head."""
+
+    def __init__(
+        self, input_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+        in_chans: int, num_classes: int, dim: int, depth: int, num_heads: int,
+        mlp_ratio: float = 4.0, dropout: float = 0.0, attn_dropout: float = 0.0,
+        pos_encoding: str = "learned", stride: int | tuple[int, int] | None = None,
+        norm_eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        self.patch_embed = PatchEmbed2d(input_size, patch_size, in_chans, dim, stride)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.encoder = TransformerEncoder(
+            dim, depth, num_heads, mlp_ratio, dropout, attn_dropout, pos_encoding,
+            max_len=self.patch_embed.num_patches + 1, norm_eps=norm_eps,
+        )
+        self.head_drop = nn.Dropout(dropout)
+        self.head = nn.Linear(dim, num_classes)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def tokens(self, x: Tensor) -> Tensor:
+        patches = self.patch_embed(x)  # (B, N, dim)
+        cls = self.cls_token.expand(patches.shape[0], -1, -1)  # (B, 1, dim)
+        return torch.cat([cls, patches], dim=1)  # (B, N + 1, dim)
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        return self.encoder(self.tokens(x))
+
+    def forward_head(self, features: Tensor) -> Tensor:
+        return self.head(self.head_drop(features[:, 0]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def attention_maps(self, x: Tensor) -> list[Tensor]:
+        """Per-layer, per-head attention weights (B, H, N + 1, N + 1) for one forward pass."""
+        _, maps = self.encoder(self.tokens(x), return_attention=True)
+        return maps

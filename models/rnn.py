@@ -1,0 +1,65 @@
+"""LSTM / GRU baselines shared by every task: an encoder over (B, L, F) sequences and a
+sequence classifier on top of it."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+RNN_CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
+class RNNEncoder(nn.Module):
+    """Multi-layer (optionally bidirectional) LSTM or GRU, batch first.
+
+    ``forward`` returns every step's output (B, L, hidden * directions) and a summary
+    (B, hidden * directions): the last layer's final state, both directions concatenated.
+    Padded steps are skipped when ``lengths`` is given.
+    """
+
+    def __init__(
+        self, input_dim: int, hidden_dim: int, num_layers: int = 1, cell: str = "lstm",
+        bidirectional: bool = False, dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if cell not in RNN_CELLS:
+            raise ValueError(f"unknown RNN cell '{cell}'; choose one of {', '.join(RNN_CELLS)}")
+        if hidden_dim <= 0 or num_layers <= 0:
+            raise ValueError(f"hidden_dim ({hidden_dim}) and num_layers ({num_layers}) must be > 0")
+        self.cell = cell
+        self.directions = 2 if bidirectional else 1
+        self.output_dim = hidden_dim * self.directions
+        self.rnn = RNN_CELLS[cell](
+            input_dim, hidden_dim, num_layers=num_layers, batch_first=True,
+            bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0,
+        )
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        total_len = x.shape[1]
+        if lengths is not None:
+            x = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        outputs, state = self.rnn(x)
+        if lengths is not None:
+            outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=total_len)
+        hidden = state[0] if self.cell == "lstm" else state  # (layers * dirs, B, hidden)
+        last_layer = hidden[-self.directions :]  # (dirs, B, hidden)
+        summary = torch.cat(list(last_layer), dim=-1)  # (B, hidden * dirs)
+        return outputs, summary
+
+
+class RNNClassifier(nn.Module):
+    """Sequence classifier: optional input projection, RNN encoder, dropout, linear head."""
+
+    def __init__(
+        self, input_dim: int, num_classes: int, hidden_dim: int, num_layers: int = 1,
+        cell: str = "lstm", bidirectional: bool = False, dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.encoder = RNNEncoder(input_dim, hidden_dim, num_layers, cell, bidirectional, dropout)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(self.encoder.output_dim, num_classes)
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
+        _, summary = self.encoder(x, lengths)
+        return self.head(self.drop(summary))
