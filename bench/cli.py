@@ -1,0 +1,163 @@
+"""``mhab``: the command line. ``mhab run`` hands its arguments to Hydra."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from bench.errors import BenchError, RunFailed
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("mhab")
+_failures: list[str] = []
+
+
+def error(message: str) -> None:
+    print(f"mhab: error: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- run
+def _one_line(exc: Exception) -> str:
+    """Hydra's composition errors span several lines; say the same in one."""
+    text = str(exc).strip()
+    missing_group = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
+    if missing_group:
+        group, choice = missing_group.groups()
+        block = text.split("Available options", 1)[-1].split("Config search path", 1)[0]
+        options = [line.strip() for line in block.splitlines()[1:] if line.strip()]
+        return f"unknown {group} '{choice}'; choose one of: {', '.join(options)}"
+    bad_key = re.search(r"Could not override '([^']+)'", text)
+    if bad_key:
+        return (f"unknown config key '{bad_key.group(1)}'; "
+                f"check the spelling against the resolved config")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join(line for line in lines if not line.startswith(("full_key", "object_type")))
+
+
+def first_of_each_sweep(overrides: list[str]) -> list[str]:
+    """One concrete combination of a sweep, to validate the overrides before running."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    concrete = []
+    for override, text in zip(parsed, overrides, strict=True):
+        if override.is_sweep_override():
+            value = next(iter(override.sweep_string_iterator()))
+            concrete.append(f"{override.get_key_element()}={value}")
+        else:
+            concrete.append(text)
+    return concrete
+
+
+def validate_overrides(overrides: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
+            compose("config", overrides=first_of_each_sweep(overrides))
+    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
+        raise BenchError(_one_line(e) + " (see 'mhab run --help')") from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+def _hydra_run(cfg: DictConfig) -> float | None:
+    from bench.experiment import run_experiment
+
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        rec = run_experiment(cfg)
+    except (BenchError, RunFailed) as e:
+        if not multirun:
+            error(str(e))
+            sys.exit(2 if isinstance(e, BenchError) else 1)
+        _failures.append(str(e))
+        log.error("%s", e)
+        return None
+    log.info(
+        "%s %s %s seed %s: test %s %.4f | %s params | train %.0f samples/s | record %s",
+        rec["task"], rec["dataset"], rec["model"], rec["seed"], rec["metric_name"],
+        rec["test_metric"], f"{rec['params']:,}", rec["train_samples_per_s"] or 0,
+        Path(rec["run_dir"]) / "record.json",
+    )
+    return rec["test_metric"]
+
+
+def run_command(args: list[str]) -> int:
+    if not any(a in ("-h", "--help", "--hydra-help", "--info", "-c", "--cfg") for a in args):
+        overrides = [a for a in args if not a.startswith("-")]
+        try:
+            validate_overrides(overrides)
+        except BenchError as e:
+            error(str(e))
+            return 2
+    _failures.clear()
+    sys.argv = ["mhab run", *args]
+    _hydra_run()
+    if _failures:
+        error(f"{len(_failures)} run(s) of the sweep failed; the others are recorded")
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------- table
+def table_command(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mhab table", description="Print the run records "
+                                     "under RESULTS_DIR as one table.")
+    parser.add_argument("results_dir", nargs="?", default="results")
+    ns = parser.parse_args(args)
+    from bench.results import load, summary_columns
+
+    frame = load(ns.results_dir)
+    if frame.empty:
+        error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
+        return 1
+    print(frame[summary_columns(frame)].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
+COMMANDS = {
+    "run": (run_command, "run one experiment, or a sweep with -m (Hydra overrides; "
+                         "'mhab run --help' lists config groups)"),
+    "table": (table_command, "print all run records under a results dir as one table"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="mhab",
+        description="mha-bench: one multi-head attention core against LSTM/GRU baselines.",
+        epilog="commands:\n" + "\n".join(f"  {name:<8}{help_}" for name, (_, help_) in COMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", nargs="?", metavar="COMMAND", help="one of: " + ", ".join(COMMANDS))
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        error(f"unknown command '{command}'; choose one of: {', '.join(COMMANDS)} (see 'mhab --help')")
+        return 2
+    try:
+        return COMMANDS[command][0](rest)
+    except BenchError as e:
+        error(str(e))
+        return 2
+    except KeyboardInterrupt:
+        error("interrupted; finished runs are recorded")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The one train/eval loop every task and model goes through.
+
+AdamW, linear warm-up then cosine decay, gradient clipping, validation after each epoch,
+the best-validation checkpoint kept and evaluated on the test split at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from tqdm.auto import tqdm
+
+from bench import measure
+from bench.errors import RunFailed
+from bench.io import atomic_torch_save, load_state_dict
+from bench.task import Splits, Task
+
+CHECKPOINT = "best.pt"
+
+
+def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
+    """AdamW; biases, norms and embeddings-as-vectors get no weight decay (timm's rule)."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int, min_lr_ratio: float):
+    """LR multiplier: linear from ~0 to 1 over warm-up, then cosine down to ``min_lr_ratio``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def _improved(value: float, best: float | None, higher_is_better: bool) -> bool:
+    if best is None:
+        return True
+    return value > best if higher_is_better else value < best
+
+
+def fit(
+    task: Task, model: nn.Module, splits: Splits, cfg: DictConfig, device: torch.device,
+    run_dir: Path, seed: int, progress: bool = True,
+) -> dict[str, Any]:
+    """Train, select the best-validation checkpoint, evaluate it on test; return measurements."""
+    train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers)
+    val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed)
+    test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed)
+
+    steps_per_epoch = len(train_loader)
+    total_steps = cfg.epochs * steps_per_epoch
+    if cfg.max_steps:
+        total_steps = min(total_steps, cfg.max_steps)
+    warmup_steps = max(1, min(total_steps // 2, round(cfg.warmup_epochs * steps_per_epoch)))
+    optimizer = build_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
+    )
+
+    measure.reset_peak_memory(device)
+    history: list[dict[str, float]] = []
+    best_val, best_epoch, step = None, 0, 0
+    timed_samples, timed_seconds = 0, 0.0
+    train_start = time.perf_counter()
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        bar = tqdm(
+            total=min(steps_per_epoch, total_steps - step), desc=f"epoch {epoch}/{epochs}",
+            disable=not progress, leave=False, dynamic_ncols=True,
+        )
+        loss_sum, loss_count = 0.0, 0
+        batch_iter = iter(train_loader)
+        while step < total_steps:
+            measure.synchronize(device)
+            t0 = time.perf_counter()
+            try:
+                batch = next(batch_iter)
+            except StopIteration:
+                break
+            batch = task.augment(task.to_device(batch, device))
+            loss = task.loss(model, batch)
+            if not torch.isfinite(loss):
+                raise RunFailed(f"non-finite training loss ({loss.item()}) at step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            loss_value = loss.item()  # also a sync point, so the step time is real
+            elapsed = time.perf_counter() - t0
+            if step > cfg.timing_warmup_steps:  # steady state only
+                timed_samples += batch[-1].shape[0]
+                timed_seconds += elapsed
+            loss_sum, loss_count = loss_sum + loss_value, loss_count + 1
+            bar.update()
+            bar.set_postfix(
+                loss=f"{loss_value:.3f}",
+                **{f"val_{task.metric_name}": "-" if best_val is None else f"{best_val:.4f}"},
+                samples_s=f"{timed_samples / timed_seconds:.0f}" if timed_seconds else "-",
+            )
+        bar.close()
+        if loss_count == 0:
+            break
+        val = task.evaluate(model.eval(), val_loader, device)
+        history.append({"epoch": epoch, "step": step, "train_loss": loss_sum / loss_count,
+                        "val_loss": val["loss"], "val_metric": val["metric"],
+                        "lr": scheduler.get_last_lr()[0]})
+        if progress:
+            tqdm.write(
+                f"epoch {epoch}: train_loss {loss_sum / loss_count:.4f}  "
+                f"val_{task.metric_name} {val['metric']:.4f}  val_loss {val['loss']:.4f}"
+            )
+        if _improved(val["metric"], best_val, task.higher_is_better):
+            best_val, best_epoch = val["metric"], epoch
+            atomic_torch_save(run_dir / CHECKPOINT, model.state_dict())
+    train_seconds = time.perf_counter() - train_start
+
+    model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
+    model.eval()
+    test = task.evaluate(model, test_loader, device)
+    example = task.model_inputs(task.to_device(next(iter(test_loader)), device))
+    results: dict[str, Any] = {
+        "val_metric": best_val,
+        "test_metric": test["metric"],
+        "test_loss": test["loss"],
+        "best_epoch": best_epoch,
+        "epochs_run": len(history),
+        "steps": step,
+        "checkpoint_selection": (
+            f"best validation {task.metric_name} "
+            f"({'max' if task.higher_is_better else 'min'}) after each epoch: epoch {best_epoch}"
+        ),
+        "history": history,
+        "train_seconds": train_seconds,
+        "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
+        "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
+        "flops_per_sample": measure.flops_per_sample(model, example),
+    }
+    results.update(measure.peak_memory_mb(device))
+    results.update(measure.inference_speed(model, example, device, cfg.infer_iters))
+    return results

@@ -1,0 +1,68 @@
+"""What a run ran on: library versions, processor, accelerator, threads, git revision."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_revision() -> str | None:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+            timeout=5, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("-dirty" if dirty else "")
+
+
+def resolve_device(name: str) -> torch.device:
+    from bench.errors import BenchError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BenchError("device=cuda but no CUDA device is visible; use device=cpu or device=auto")
+    if name not in ("cpu", "cuda"):
+        raise BenchError(f"unknown device '{name}'; choose auto, cpu or cuda")
+    return torch.device(name)
+
+
+def environment(device: torch.device) -> dict:
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device": str(device),
+        "device_name": gpu or cpu_model(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "git_revision": git_revision(),
+    }

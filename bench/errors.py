@@ -1,0 +1,10 @@
+"""User-facing errors: one line that says what is wrong and how to fix it."""
+
+
+class BenchError(Exception):
+    """A mistake in the user's input (config, data, paths). The CLI prints it as one line and
+    exits non-zero; it is never shown as a traceback."""
+
+
+class RunFailed(Exception):
+    """A run started and then failed (NaN loss, crash); its record says why."""

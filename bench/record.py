@@ -1,0 +1,67 @@
+"""Run records: one JSON per run, in its own directory, written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from bench.errors import BenchError
+from bench.io import atomic_write_json
+
+RECORD = "record.json"
+SCHEMA_VERSION = 1
+# Keys that say where things are or how they are shown, not what is computed: they stay out
+# of the config hash, so the same experiment has the same hash on every machine and seed.
+UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "seed", "device", "force")
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def config_hash(cfg: DictConfig | dict) -> str:
+    """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``."""
+    data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
+    data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def new_run_dir(results_dir: str | Path, stem: str) -> Path:
+    """A fresh directory under ``results_dir/runs``; two runs never share one, even when
+    started in the same second by parallel workers (the uuid part makes the name unique and
+    ``mkdir`` without ``exist_ok`` makes sure of it)."""
+    runs = Path(results_dir) / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"cannot create results_dir '{results_dir}' ({e.strerror}); "
+                         f"pass a writable results_dir=PATH") from None
+    if not os.access(runs, os.W_OK):
+        raise BenchError(f"results_dir '{results_dir}' is not writable; pass results_dir=PATH")
+    while True:
+        name = f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{uuid.uuid4().hex[:6]}"
+        try:
+            (runs / name).mkdir()
+            return runs / name
+        except FileExistsError:
+            continue
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
+    return atomic_write_json(run_dir / RECORD, {"schema_version": SCHEMA_VERSION, **record})
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BenchError(f"malformed run record {path} ({e}); delete it or rerun that run") from None

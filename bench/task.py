@@ -1,0 +1,128 @@
+"""What the engine needs from a task adapter, and the shared classification adapter.
+
+An adapter owns what is specific to its modality: data, the frontend that turns inputs into
+tokens or steps, the head, and the metric. The engine never looks inside a batch itself.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from bench.errors import BenchError
+
+Batch = tuple[Tensor, ...]
+
+
+@dataclass
+class Splits:
+    train: Dataset
+    val: Dataset
+    test: Dataset
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def check_not_empty(self) -> None:
+        for name in ("train", "val", "test"):
+            if len(getattr(self, name)) == 0:
+                raise BenchError(f"the {name} split is empty; check the dataset files and split settings")
+
+
+class Task(abc.ABC):
+    """One benchmark task. Subclasses are built from ``conf/task/*.yaml`` via ``_target_``."""
+
+    metric_name: str = "metric"
+    higher_is_better: bool = True
+
+    def __init__(self, name: str, dataset: str, data_dir: str | None, cache_dir: str) -> None:
+        self.name = name
+        self.dataset = dataset
+        self.data_dir = data_dir
+        self.cache_dir = cache_dir
+
+    @abc.abstractmethod
+    def load(self, seed: int) -> Splits:
+        """Read (or build and cache) the train/val/test splits."""
+
+    def model_builders(self) -> dict[str, Callable[[DictConfig, Splits], nn.Module]]:
+        """One builder per model family (``model.family``): the task's frontend and head
+        around a backbone from ``models/``."""
+        raise NotImplementedError
+
+    def build_model(self, model_cfg: DictConfig, splits: Splits) -> nn.Module:
+        builders = self.model_builders()
+        family = model_cfg.family
+        if family not in builders:
+            raise BenchError(
+                f"task={self.name} has no '{family}' model; choose one of {', '.join(builders)}"
+            )
+        return builders[family](model_cfg, splits)
+
+    def model_notes(self, model_cfg: DictConfig) -> str:
+        """How the task feeds this model, in words, for the run record."""
+        return ""
+
+    def collate(self) -> Callable | None:
+        return None
+
+    def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
+               num_workers: int = 0) -> DataLoader:
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(
+            dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
+            collate_fn=self.collate(), num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+        )
+
+    @staticmethod
+    def to_device(batch: Batch, device: torch.device) -> Batch:
+        return tuple(t.to(device, non_blocking=True) for t in batch)
+
+    def model_inputs(self, batch: Batch) -> Batch:
+        """The model's positional inputs from a batch (all but the targets by default)."""
+        return batch[:-1]
+
+    def augment(self, batch: Batch) -> Batch:
+        """Training-time augmentation on a batch already on the device."""
+        return batch
+
+    @abc.abstractmethod
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Mean training loss of one batch."""
+
+    @abc.abstractmethod
+    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device) -> dict:
+        """``{"metric": ..., "loss": ...}`` over a whole split."""
+
+
+class ClassificationTask(Task):
+    """Cross-entropy training and accuracy, for any task whose batch is (*inputs, labels)."""
+
+    metric_name = "accuracy"
+
+    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.label_smoothing = label_smoothing
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        logits = model(*self.model_inputs(batch))
+        return F.cross_entropy(logits, batch[-1], label_smoothing=self.label_smoothing)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device) -> dict:
+        correct, total, loss_sum = 0, 0, 0.0
+        for batch in loader:
+            batch = self.to_device(batch, device)
+            logits = model(*self.model_inputs(batch))
+            labels = batch[-1]
+            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+            correct += (logits.argmax(-1) == labels).sum().item()
+            total += labels.numel()
+        return {"metric": correct / max(total, 1), "loss": loss_sum / max(total, 1)}

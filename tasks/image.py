@@ -1,0 +1,227 @@
+"""Image classification: Fashion-MNIST (data root) or scikit-learn's 8x8 digits (offline).
+
+Attention model: a ViT (patches, cls token, the shared encoder, head).
+RNN baselines: read the image one row per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from torch.utils.data import TensorDataset
+
+from bench.data import cache_path, data_root, require_files, verify_md5sums
+from bench.errors import BenchError
+from bench.task import Batch, ClassificationTask, Splits
+from models.attention import MultiHeadAttention
+from models.patch import PatchTransformerClassifier
+from models.rnn import RNNClassifier
+
+FASHION_MNIST_FILES = [
+    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+]
+# What a null task setting means for each dataset: about 7x7 patches per image; flips only
+# where the classes are mirror-symmetric (clothes yes, digits no).
+DATASET_DEFAULTS = {
+    "fashion_mnist": {"patch_size": 4, "max_shift": 2, "hflip": True},
+    "digits": {"patch_size": 2, "max_shift": 1, "hflip": False},
+}
+FASHION_MNIST_CLASSES = [
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+]
+
+
+class ViT(PatchTransformerClassifier):
+    """The image task's attention model; ``from_timm`` loads a timm ViT of the same shape."""
+
+    @classmethod
+    def from_timm(cls, model: nn.Module) -> ViT:
+        """Copy a timm ``VisionTransformer`` (cls token, learned position embedding, token
+        pooling, no layer scale) into a ViT that gives the same logits."""
+        blocks = model.blocks
+        checks = {
+            "class token": model.cls_token is not None,
+            "no register tokens": getattr(model, "num_reg_tokens", 0) == 0,
+            "global_pool='token'": model.global_pool == "token",
+            "position embedding over the cls token": not model.no_embed_class,
+            "no pre-norm": isinstance(model.norm_pre, nn.Identity),
+            "no fc_norm": isinstance(model.fc_norm, nn.Identity),
+            "no layer scale": isinstance(blocks[0].ls1, nn.Identity),
+        }
+        unmet = [name for name, ok in checks.items() if not ok]
+        if unmet:
+            raise ValueError(f"timm model has no ViT counterpart here: needs {', '.join(unmet)}")
+        embed = model.patch_embed
+        dim = model.embed_dim
+        vit = cls(
+            input_size=tuple(embed.img_size), patch_size=tuple(embed.patch_size),
+            in_chans=embed.proj.in_channels, num_classes=model.num_classes, dim=dim,
+            depth=len(blocks), num_heads=blocks[0].attn.num_heads,
+            mlp_ratio=blocks[0].mlp.fc1.out_features / dim, norm_eps=model.norm.eps,
+        )
+        with torch.no_grad():
+            vit.patch_embed.proj.load_state_dict(embed.proj.state_dict())
+            vit.cls_token.copy_(model.cls_token)
+            _assert_same_shape(vit.encoder.pos.weight, model.pos_embed, "pos_embed")
+            vit.encoder.pos.weight.copy_(model.pos_embed)
+            for ours, theirs in zip(vit.encoder.layers, blocks, strict=True):
+                ours.norm1.load_state_dict(theirs.norm1.state_dict())
+                ours.attn.load_state_dict(MultiHeadAttention.from_timm(theirs.attn).state_dict())
+                ours.norm2.load_state_dict(theirs.norm2.state_dict())
+                ours.mlp.fc1.load_state_dict(theirs.mlp.fc1.state_dict())
+                ours.mlp.fc2.load_state_dict(theirs.mlp.fc2.state_dict())
+            vit.encoder.norm.load_state_dict(model.norm.state_dict())
+            vit.head.load_state_dict(model.head.state_dict())
+        return vit
+
+
+def _assert_same_shape(ours: Tensor, theirs: Tensor, name: str) -> None:
+    if ours.shape != theirs.shape:
+        raise ValueError(f"{name}: expected {tuple(ours.shape)}, got {tuple(theirs.shape)}")
+
+
+def random_shift_flip(x: Tensor, max_shift: int, hflip: bool) -> Tensor:
+    """Per-image random translation (zero padding) and horizontal flip, on a (B, C, H, W)
+    batch at once, on whatever device it lives."""
+    B, _, H, W = x.shape
+    if hflip:
+        flip = torch.rand(B, device=x.device) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    if max_shift:
+        padded = F.pad(x, (max_shift,) * 4)  # (B, C, H + 2s, W + 2s)
+        dy = torch.randint(0, 2 * max_shift + 1, (B,), device=x.device)
+        dx = torch.randint(0, 2 * max_shift + 1, (B,), device=x.device)
+        rows = (dy[:, None] + torch.arange(H, device=x.device))[:, :, None]  # (B, H, 1)
+        cols = (dx[:, None] + torch.arange(W, device=x.device))[:, None, :]  # (B, 1, W)
+        batch = torch.arange(B, device=x.device)[:, None, None]
+        x = padded.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)  # (B, C, H, W)
+    return x
+
+
+class ImageTask(ClassificationTask):
+    def __init__(
+        self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
+        patch_size: int | None = None, patch_stride: int | None = None, val_size: int = 5000,
+        split_seed: int = 0, max_shift: int | None = None, hflip: bool | None = None,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing)
+        loaders = {"fashion_mnist": self._fashion_mnist, "digits": self._digits}
+        if dataset not in loaders:
+            raise BenchError(
+                f"unknown image dataset '{dataset}'; choose one of {', '.join(loaders)}"
+            )
+        self._read = loaders[dataset]
+        defaults = DATASET_DEFAULTS[dataset]
+        pick = lambda value, key: defaults[key] if value is None else value
+        self.patch_size = pick(patch_size, "patch_size")
+        self.patch_stride = patch_stride
+        self.max_shift, self.hflip = pick(max_shift, "max_shift"), pick(hflip, "hflip")
+        self.val_size, self.split_seed = val_size, split_seed
+
+    # ------------------------------------------------------------------ data
+    def _fashion_mnist(self) -> tuple[Tensor, Tensor, Tensor, Tensor, list[str]]:
+        from torchvision.datasets import FashionMNIST
+
+        root = data_root(self.data_dir, self.dataset, "fashion-mnist")
+        require_files(root, FASHION_MNIST_FILES, self.dataset)
+        verify_md5sums(root, FASHION_MNIST_FILES, self.dataset)
+        # torchvision reads from <root>/FashionMNIST/raw and unpacks there; the data root is
+        # read-only, so that folder lives in the cache and links to the verified archives.
+        # With the archives present and their MD5s canonical, download=True only unpacks.
+        raw = cache_path(self.cache_dir, "torchvision", "FashionMNIST", "raw")
+        for name in FASHION_MNIST_FILES:
+            link = raw / name
+            if not link.exists():
+                link.unlink(missing_ok=True)
+                os.symlink((root / name).resolve(), link)
+        base = raw.parent.parent
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            train = FashionMNIST(str(base), train=True, download=True)
+            test = FashionMNIST(str(base), train=False, download=True)
+        to_float = lambda d: d.data.unsqueeze(1).float() / 255.0  # (N, 1, 28, 28)
+        return to_float(train), train.targets, to_float(test), test.targets, FASHION_MNIST_CLASSES
+
+    def _digits(self) -> tuple[Tensor, Tensor, Tensor, Tensor, list[str]]:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
+        y = torch.tensor(digits.target)
+        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.split_seed))
+        n_test = len(y) // 5
+        test, train = order[:n_test], order[n_test:]
+        return x[train], y[train], x[test], y[test], [str(d) for d in range(10)]
+
+    def load(self, seed: int) -> Splits:
+        x_train, y_train, x_test, y_test, classes = self._read()
+        # A fixed validation split carved from train: the same images for every run and seed.
+        n_val = min(self.val_size, len(y_train) // 5)
+        order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(self.split_seed))
+        val_idx, train_idx = order[:n_val], order[n_val:]
+        mean, std = x_train[train_idx].mean().item(), x_train[train_idx].std().item()
+        norm = lambda x: (x - mean) / std
+        info = {
+            "input_shape": list(x_train.shape[1:]),
+            "num_classes": len(classes),
+            "classes": classes,
+            "sizes": {"train": len(train_idx), "val": n_val, "test": len(y_test)},
+            "normalisation": {"mean": mean, "std": std, "from": "train split"},
+            "validation_split": f"{n_val} images of train, fixed by split_seed={self.split_seed}",
+            "augmentation": {"max_shift": self.max_shift, "hflip": self.hflip},
+        }
+        return Splits(
+            TensorDataset(norm(x_train[train_idx]), y_train[train_idx]),
+            TensorDataset(norm(x_train[val_idx]), y_train[val_idx]),
+            TensorDataset(norm(x_test), y_test),
+            info,
+        )
+
+    def augment(self, batch: Batch) -> Batch:
+        x, y = batch
+        return random_shift_flip(x, self.max_shift, self.hflip), y
+
+    # ------------------------------------------------------------------ models
+    def model_builders(self):
+        return {"attention": self._vit, "rnn": self._row_rnn}
+
+    def _vit(self, m: DictConfig, splits: Splits) -> nn.Module:
+        channels, height, width = splits.info["input_shape"]
+        return ViT(
+            input_size=(height, width), patch_size=self.patch_size, in_chans=channels,
+            num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
+            num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
+            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding, stride=self.patch_stride,
+        )
+
+    def _row_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
+        channels, _, width = splits.info["input_shape"]
+        return RowRNN(
+            input_dim=channels * width, num_classes=splits.info["num_classes"],
+            hidden_dim=m.dim, num_layers=m.depth, cell=m.cell,
+            bidirectional=m.bidirectional, dropout=m.dropout,
+        )
+
+    def model_notes(self, model_cfg: DictConfig) -> str:
+        if model_cfg.family == "rnn":
+            return "RNN reads the image one row per step (rows as the sequence, pixels as features)"
+        stride = self.patch_stride or self.patch_size
+        return f"ViT over {self.patch_size}x{self.patch_size} patches, stride {stride}, cls-token head"
+
+
+class RowRNN(RNNClassifier):
+    """An RNN classifier that reads a (B, C, H, W) image one row per step."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, C, H, W = x.shape
+        rows = x.permute(0, 2, 1, 3).reshape(B, H, C * W)  # (B, H steps, C*W features)
+        return super().forward(rows)
+
