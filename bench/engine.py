@@ -6,6 +6,7 @@ the best-validation checkpoint kept and evaluated on the test split at the end.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Splits, Task
 
 CHECKPOINT = "best.pt"
+log = logging.getLogger(__name__)
 
 
 def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
@@ -125,11 +127,10 @@ def fit(
         history.append({"epoch": epoch, "step": step, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
-        if progress:
-            tqdm.write(
-                f"epoch {epoch}: train_loss {loss_sum / loss_count:.4f}  "
-                f"val_{task.metric_name} {val['metric']:.4f}  val_loss {val['loss']:.4f}"
-            )
+        log.info(
+            "epoch %d/%d: train_loss %.4f  val_%s %.4f  val_loss %.4f",
+            epoch, epochs, loss_sum / loss_count, task.metric_name, val["metric"], val["loss"],
+        )
         if _improved(val["metric"], best_val, task.higher_is_better):
             best_val, best_epoch = val["metric"], epoch
             atomic_torch_save(run_dir / CHECKPOINT, model.state_dict())

@@ -1,0 +1,111 @@
+"""The command line as a user types it: help, one-line errors, tiny runs writing records."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=6", "trainer.batch_size=32",
+        "trainer.infer_iters=2", "trainer.timing_warmup_steps=1"]
+
+
+def test_help_lists_subcommands():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    assert "run" in out.stdout and "table" in out.stdout
+
+
+def test_run_help_lists_groups_and_choices():
+    out = run_cli("run", "--help")
+    assert out.returncode == 0
+    assert "model: attention, gru, lstm" in out.stdout
+    assert "task: image" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.foo=1", "unknown config key 'model.foo'"),
+        ("task=video", "unknown task 'video'; choose one of: image"),
+        ("model=transformer", "unknown model 'transformer'; choose one of: attention, gru, lstm"),
+        ("task.dataset=cifar", "unknown image dataset 'cifar'"),
+        ("model.num_heads=3", "model.num_heads=3 does not divide model.dim=64"),
+        ("trainer.batch_size=0", "trainer.batch_size must be >= 1"),
+        ("trainer.epochs=-2", "trainer.epochs must be >= 1"),
+        ("model.dim=wide", "model.dim must be an integer"),
+        ("task.patch_size=16", "larger than the input"),
+    ],
+)
+def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, override, message):
+    out = run_cli("run", "task.dataset=digits", override, f"results_dir={tmp_path}")
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert message in lines[0] and lines[0].startswith("mhab: error:")
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not list(tmp_path.glob("runs/*/record.json"))
+
+
+def test_unknown_command():
+    out = run_cli("train")
+    assert out.returncode == 2 and "unknown command 'train'" in out.stderr
+
+
+def test_missing_data_root_is_explained(tmp_path):
+    out = run_cli("run", "task.dataset=fashion_mnist", f"results_dir={tmp_path}",
+                  env={"BENCH_DATA_DIR": ""})
+    assert out.returncode == 2
+    assert "set BENCH_DATA_DIR or pass data_dir=PATH" in out.stderr
+
+
+def _records(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("runs/*/record.json"))]
+
+
+@pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
+def test_tiny_run_writes_a_valid_record(tmp_path, model):
+    out = run_cli("run", *TINY, f"model={model}", "seed=7", f"results_dir={tmp_path}",
+                  f"cache_dir={tmp_path / 'cache'}")
+    assert out.returncode == 0, out.stderr
+    (rec,) = _records(tmp_path)
+    assert rec["status"] == "ok" and rec["model"] == model and rec["seed"] == 7
+    assert rec["task"] == "image" and rec["dataset"] == "digits"
+    assert 0.0 <= rec["test_metric"] <= 1.0 and rec["metric_name"] == "accuracy"
+    assert rec["steps"] == 6 and rec["config"]["trainer"]["max_steps"] == 6
+    assert rec["params"] > 1000 and rec["flops_per_sample"] > 0
+    for key in ("train_samples_per_s", "infer_samples_per_s", "infer_latency_ms_median",
+                "peak_memory_mb", "wall_time_s"):
+        assert rec[key] > 0, key
+    assert len(rec["config_hash"]) == 12
+    assert "best validation accuracy" in rec["checkpoint_selection"]
+    env = rec["environment"]
+    assert env["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
+    assert "git_revision" in env
+    if model != "attention":
+        assert "one row per step" in rec["model_notes"]
+    assert (Path(rec["run_dir"]) / "best.pt").is_file()
+
+
+def test_sweep_records_every_run_and_table_prints_them(tmp_path):
+    out = run_cli("run", "-m", *TINY, "model=attention,gru", "seed=0,1", f"results_dir={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    recs = _records(tmp_path)
+    assert sorted((r["model"], r["seed"]) for r in recs) == [
+        ("attention", 0), ("attention", 1), ("gru", 0), ("gru", 1)]
+    assert len({r["run_dir"] for r in recs}) == 4
+    # Seeds share a config hash; models do not.
+    hashes = {(r["model"], r["seed"]): r["config_hash"] for r in recs}
+    assert hashes[("gru", 0)] == hashes[("gru", 1)] != hashes[("attention", 0)]
+    table = run_cli("table", str(tmp_path))
+    assert table.returncode == 0
+    assert table.stdout.count("digits") == 4
+
+
+def test_same_seed_gives_the_same_result(tmp_path):
+    for sub in ("a", "b"):
+        out = run_cli("run", *TINY, "model=gru", f"results_dir={tmp_path / sub}")
+        assert out.returncode == 0, out.stderr
+    (a,), (b,) = _records(tmp_path / "a"), _records(tmp_path / "b")
+    assert a["test_metric"] == b["test_metric"] and a["test_loss"] == b["test_loss"]

@@ -1,0 +1,154 @@
+"""The engine's schedule, checkpoint selection, failure records and measurements."""
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from bench import measure
+from bench.engine import CHECKPOINT, fit, warmup_cosine
+from bench.errors import RunFailed
+from bench.io import atomic_write_text, load_state_dict
+from bench.record import config_hash, new_run_dir
+from bench.task import ClassificationTask, Splits
+
+TRAINER = OmegaConf.create({
+    "epochs": 3, "max_steps": None, "batch_size": 16, "eval_batch_size": 64, "lr": 0.1,
+    "min_lr_ratio": 0.0, "warmup_epochs": 1.0, "weight_decay": 0.0, "betas": [0.9, 0.999],
+    "grad_clip": 1.0, "num_workers": 0, "timing_warmup_steps": 2, "infer_iters": 3,
+})
+
+
+class ToyTask(ClassificationTask):
+    """Two Gaussian blobs; a linear model separates them."""
+
+    def __init__(self):
+        super().__init__("toy", "blobs", None, "unused")
+
+    def load(self, seed):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(256, 4, generator=g)
+        y = (x[:, 0] > 0).long()
+        part = lambda a, b: TensorDataset(x[a:b], y[a:b])
+        return Splits(part(0, 160), part(160, 208), part(208, 256), {})
+
+    def model_builders(self):
+        return {"linear": lambda cfg, splits: nn.Linear(4, 2)}
+
+
+def test_warmup_then_cosine():
+    f = warmup_cosine(warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(1.0)
+    assert f(60) == pytest.approx(0.55)  # half way down the cosine: 0.1 + 0.9 * 0.5
+    assert f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
+
+
+def test_fit_selects_best_validation_checkpoint_and_measures(tmp_path):
+    torch.manual_seed(0)
+    task = ToyTask()
+    splits = task.load(0)
+    model = nn.Linear(4, 2)
+    out = fit(task, model, splits, TRAINER, torch.device("cpu"), tmp_path, seed=0, progress=False)
+    best = max(out["history"], key=lambda h: h["val_metric"])
+    assert out["best_epoch"] == best["epoch"] and out["val_metric"] == best["val_metric"]
+    assert f"epoch {best['epoch']}" in out["checkpoint_selection"]
+    assert out["test_metric"] > 0.8
+    assert out["steps"] == 3 * 10 and out["train_timed_steps"] == 28
+    assert out["train_samples_per_s"] > 0 and out["infer_samples_per_s"] > 0
+    assert out["flops_per_sample"] == 2 * 4 * 2  # one 4->2 matmul per sample
+    # The model left in memory is the selected checkpoint.
+    saved = load_state_dict(tmp_path / CHECKPOINT)
+    torch.testing.assert_close(saved["weight"], model.weight)
+
+
+def test_max_steps_caps_training(tmp_path):
+    cfg = OmegaConf.merge(TRAINER, {"max_steps": 4})
+    out = fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), cfg, torch.device("cpu"), tmp_path,
+              seed=0, progress=False)
+    assert out["steps"] == 4 and out["epochs_run"] == 1
+
+
+def test_non_finite_loss_fails_the_run(tmp_path):
+    model = nn.Linear(4, 2)
+    with torch.no_grad():
+        model.weight.fill_(float("nan"))
+    with pytest.raises(RunFailed, match="non-finite training loss"):
+        fit(ToyTask(), model, ToyTask().load(0), TRAINER, torch.device("cpu"), tmp_path,
+            seed=0, progress=False)
+
+
+def test_rnn_flops_are_counted():
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    flops = measure.flops_per_sample(lambda_module(lstm), (torch.randn(3, 5, 8),))
+    assert flops == 2 * 5 * (4 * 16 * 8 + 4 * 16 * 16)
+
+
+def lambda_module(rnn):
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = rnn
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    return Wrap()
+
+
+def test_attention_flops_include_the_score_matmuls():
+    from models.attention import MultiHeadAttention
+
+    core = MultiHeadAttention(32, 4)
+    L = 10
+    flops = measure.flops_per_sample(lambda_attn(core), (torch.randn(2, L, 32),))
+    projections = 2 * L * 32 * (3 * 32) + 2 * L * 32 * 32
+    scores_and_values = 2 * 2 * L * L * 32
+    assert flops == projections + scores_and_values
+
+
+def lambda_attn(core):
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.core = core
+
+        def forward(self, x):
+            return self.core(x)[0]
+
+    return Wrap()
+
+
+def test_config_hash_ignores_paths_and_seed_only():
+    base = {"seed": 0, "results_dir": "a", "model": {"dim": 8}, "trainer": {"lr": 1}}
+    same = {**base, "seed": 3, "results_dir": "b", "data_dir": "/x"}
+    other = {**base, "model": {"dim": 16}}
+    assert config_hash(base) == config_hash(same)
+    assert config_hash(base) != config_hash(other)
+
+
+def test_run_dirs_never_collide(tmp_path):
+    dirs = {new_run_dir(tmp_path, "same-stem") for _ in range(50)}
+    assert len(dirs) == 50
+
+
+def test_atomic_write_keeps_old_content_on_failure(tmp_path):
+    target = tmp_path / "record.json"
+    atomic_write_text(target, json.dumps({"ok": 1}))
+
+    class Boom(Exception):
+        pass
+
+    from bench.io import atomic_write
+
+    def failing(f):
+        f.write(b"{half")
+        raise Boom
+
+    with pytest.raises(Boom):
+        atomic_write(target, failing)
+    assert json.loads(target.read_text()) == {"ok": 1}
+    assert list(tmp_path.iterdir()) == [target]  # no temp file left behind

@@ -1,0 +1,146 @@
+"""The image task: ViT/timm parity, patches, augmentation, row RNNs, datasets."""
+
+import hashlib
+import shutil
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from timm.models.vision_transformer import VisionTransformer
+
+from bench.cli import CONF_DIR
+from bench.errors import BenchError
+from bench.measure import count_parameters
+from models.patch import PatchEmbed2d, num_patches
+from tasks.image import ImageTask, RowRNN, ViT, random_shift_flip
+
+
+def _timm_vit(**kw):
+    torch.manual_seed(0)
+    args = dict(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=32, depth=2,
+                num_heads=4, mlp_ratio=2.0)
+    args.update(kw)
+    model = VisionTransformer(**args).eval()
+    with torch.no_grad():  # timm zero-inits some tensors; randomise so every copy is tested
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def test_from_timm_gives_the_same_logits_and_gradients():
+    timm_model = _timm_vit()
+    ours = ViT.from_timm(timm_model).eval()
+    x = torch.randn(4, 1, 28, 28)
+    torch.testing.assert_close(ours(x), timm_model(x), atol=1e-5, rtol=1e-5)
+    ours(x).square().sum().backward()
+    timm_model(x).square().sum().backward()
+    torch.testing.assert_close(
+        ours.encoder.layers[0].attn.in_proj.weight.grad, timm_model.blocks[0].attn.qkv.weight.grad,
+        atol=1e-5, rtol=1e-4,
+    )
+    assert count_parameters(ours) == count_parameters(timm_model)
+
+
+def test_from_timm_refuses_what_it_cannot_copy():
+    with pytest.raises(ValueError, match="global_pool"):
+        ViT.from_timm(_timm_vit(global_pool="avg"))
+    with pytest.raises(ValueError, match="layer scale"):
+        ViT.from_timm(_timm_vit(init_values=1e-5))
+
+
+@pytest.mark.parametrize(
+    "size, patch, stride, expected",
+    [((28, 28), (4, 4), (4, 4), (7, 7)), ((28, 28), (7, 7), (3, 3), (8, 8)),
+     ((128, 40), (16, 16), (10, 8), (12, 4)), ((8, 8), (2, 2), (2, 2), (4, 4))],
+)
+def test_patch_count_formula(size, patch, stride, expected):
+    assert num_patches(size, patch, stride) == expected
+    embed = PatchEmbed2d(size, patch, 1, 8, stride)
+    assert embed(torch.zeros(2, 1, *size)).shape == (2, expected[0] * expected[1], 8)
+
+
+def test_patch_larger_than_input_is_refused():
+    with pytest.raises(ValueError, match="larger than the input"):
+        PatchEmbed2d(8, 10, 1, 16)
+
+
+def test_random_shift_flip_moves_pixels_and_keeps_mass():
+    torch.manual_seed(0)
+    x = torch.zeros(64, 1, 8, 8)
+    x[:, :, 3:5, 3:5] = 1.0  # a centred square survives any shift of up to 2 pixels
+    y = random_shift_flip(x, max_shift=2, hflip=True)
+    assert y.shape == x.shape
+    torch.testing.assert_close(y.sum(dim=(1, 2, 3)), x.sum(dim=(1, 2, 3)))
+    assert (y != x).any(dim=(1, 2, 3)).float().mean() > 0.5
+    assert torch.equal(random_shift_flip(x, 0, False), x)
+
+
+def test_row_rnn_reads_rows_as_steps():
+    torch.manual_seed(0)
+    model = RowRNN(input_dim=8, num_classes=3, hidden_dim=16, cell="gru").eval()
+    x = torch.randn(2, 1, 5, 8)
+    rows = x[:, 0]  # (B, 5 steps, 8 features)
+    _, summary = model.encoder(rows)
+    torch.testing.assert_close(model(x), model.head(summary))
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("dataset", ["fashion_mnist", "digits"])
+def test_rnn_baselines_match_vit_parameters_within_10_percent(dataset):
+    shapes = {"fashion_mnist": [1, 28, 28], "digits": [1, 8, 8]}
+    counts = {}
+    for model in ("attention", "lstm", "gru"):
+        cfg = _compose("task=image", f"model={model}", f"task.dataset={dataset}")
+        task = ImageTask(**{k: v for k, v in cfg.task.items() if k != "_target_"},
+                         data_dir=None, cache_dir="unused")
+        splits = type("S", (), {"info": {"input_shape": shapes[dataset], "num_classes": 10}})
+        counts[model] = count_parameters(task.build_model(cfg.model, splits))
+    for rnn in ("lstm", "gru"):
+        assert abs(counts[rnn] - counts["attention"]) / counts["attention"] <= 0.10, counts
+
+
+def test_digits_splits_are_fixed_and_disjoint():
+    task = ImageTask("image", "digits", None, "unused")
+    a, b = task.load(seed=0), task.load(seed=1)
+    assert torch.equal(a.val.tensors[0], b.val.tensors[0])  # same split whatever the seed
+    sizes = a.info["sizes"]
+    assert sizes["train"] + sizes["val"] + sizes["test"] == 1797
+    assert a.info["input_shape"] == [1, 8, 8]
+
+
+def test_unknown_dataset_is_refused():
+    with pytest.raises(BenchError, match="choose one of fashion_mnist, digits"):
+        ImageTask("image", "cifar", None, "unused")
+
+
+def test_fashion_mnist_needs_a_data_root(tmp_path):
+    with pytest.raises(BenchError, match="BENCH_DATA_DIR"):
+        ImageTask("image", "fashion_mnist", None, str(tmp_path)).load(0)
+
+
+@pytest.mark.data
+def test_fashion_mnist_from_the_data_root(data_dir, tmp_path):
+    before = sorted(p.name for p in (data_dir / "fashion-mnist").iterdir())
+    splits = ImageTask("image", "fashion_mnist", str(data_dir), str(tmp_path)).load(0)
+    assert splits.info["sizes"] == {"train": 55000, "val": 5000, "test": 10000}
+    x, y = splits.test.tensors
+    assert x.shape == (10000, 1, 28, 28) and y.bincount().tolist() == [1000] * 10
+    assert abs(splits.train.tensors[0].mean().item()) < 1e-3  # normalised with train stats
+    assert sorted(p.name for p in (data_dir / "fashion-mnist").iterdir()) == before
+    assert any((tmp_path / "torchvision").rglob("train-images-idx3-ubyte"))
+
+
+@pytest.mark.data
+def test_corrupt_fashion_mnist_file_is_named(data_dir, tmp_path):
+    root = tmp_path / "data" / "fashion-mnist"
+    shutil.copytree(data_dir / "fashion-mnist", root)
+    target = root / "t10k-labels-idx1-ubyte.gz"
+    target.chmod(0o644)
+    target.write_bytes(target.read_bytes()[:100])
+    assert hashlib.md5(target.read_bytes()).hexdigest() not in (root / "MD5SUMS").read_text()
+    with pytest.raises(BenchError, match="t10k-labels-idx1-ubyte.gz is corrupt"):
+        ImageTask("image", "fashion_mnist", str(tmp_path / "data"), str(tmp_path / "c")).load(0)
