@@ -63,3 +63,22 @@ class RNNClassifier(nn.Module):
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
         _, summary = self.encoder(x, lengths)
         return self.head(self.drop(summary))
+
+
+class GridRNNClassifier(RNNClassifier):
+    """Reads a (B, C, H, W) grid as a sequence: one row per step (``step_axis="rows"``, an
+    image read top to bottom) or one column per step (``"cols"``, a spectrogram read in time).
+    Each step's features are all channels of that row or column."""
+
+    def __init__(self, *args, step_axis: str = "rows", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if step_axis not in ("rows", "cols"):
+            raise ValueError(f"step_axis must be 'rows' or 'cols', got '{step_axis}'")
+        self.step_axis = step_axis
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
+        if self.step_axis == "cols":
+            x = x.transpose(-1, -2)  # (B, C, W, H): columns become rows
+        B, C, steps, width = x.shape
+        seq = x.permute(0, 2, 1, 3).reshape(B, steps, C * width)  # (B, steps, C * width)
+        return super().forward(seq, lengths)

@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
 from models.attention import MultiHeadAttention
 from models.patch import PatchTransformerClassifier
-from models.rnn import RNNClassifier
+from models.rnn import GridRNNClassifier
 
 FASHION_MNIST_FILES = [
     "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -204,10 +204,10 @@ class ImageTask(ClassificationTask):
 
     def _row_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
         channels, _, width = splits.info["input_shape"]
-        return RowRNN(
+        return GridRNNClassifier(
             input_dim=channels * width, num_classes=splits.info["num_classes"],
             hidden_dim=m.dim, num_layers=m.depth, cell=m.cell,
-            bidirectional=m.bidirectional, dropout=m.dropout,
+            bidirectional=m.bidirectional, dropout=m.dropout, step_axis="rows",
         )
 
     def model_notes(self, model_cfg: DictConfig) -> str:
@@ -215,13 +215,4 @@ class ImageTask(ClassificationTask):
             return "RNN reads the image one row per step (rows as the sequence, pixels as features)"
         stride = self.patch_stride or self.patch_size
         return f"ViT over {self.patch_size}x{self.patch_size} patches, stride {stride}, cls-token head"
-
-
-class RowRNN(RNNClassifier):
-    """An RNN classifier that reads a (B, C, H, W) image one row per step."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        B, C, H, W = x.shape
-        rows = x.permute(0, 2, 1, 3).reshape(B, H, C * W)  # (B, H steps, C*W features)
-        return super().forward(rows)
 

@@ -12,7 +12,8 @@ from bench.cli import CONF_DIR
 from bench.errors import BenchError
 from bench.measure import count_parameters
 from models.patch import PatchEmbed2d, num_patches
-from tasks.image import ImageTask, RowRNN, ViT, random_shift_flip
+from models.rnn import GridRNNClassifier
+from tasks.image import ImageTask, ViT, random_shift_flip
 
 
 def _timm_vit(**kw):
@@ -75,13 +76,14 @@ def test_random_shift_flip_moves_pixels_and_keeps_mass():
     assert torch.equal(random_shift_flip(x, 0, False), x)
 
 
-def test_row_rnn_reads_rows_as_steps():
+def test_grid_rnn_reads_rows_or_columns_as_steps():
     torch.manual_seed(0)
-    model = RowRNN(input_dim=8, num_classes=3, hidden_dim=16, cell="gru").eval()
     x = torch.randn(2, 1, 5, 8)
-    rows = x[:, 0]  # (B, 5 steps, 8 features)
-    _, summary = model.encoder(rows)
-    torch.testing.assert_close(model(x), model.head(summary))
+    rows = GridRNNClassifier(8, 3, 16, cell="gru", step_axis="rows").eval()
+    torch.testing.assert_close(rows(x), rows.head(rows.encoder(x[:, 0])[1]))  # 5 steps of 8
+    cols = GridRNNClassifier(5, 3, 16, cell="gru", step_axis="cols").eval()
+    steps = x[:, 0].transpose(1, 2)  # 8 steps of 5
+    torch.testing.assert_close(cols(x), cols.head(cols.encoder(steps)[1]))
 
 
 def _compose(*overrides):
