@@ -7,8 +7,14 @@ import pytest
 
 from tests.conftest import run_cli
 
-TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=6", "trainer.batch_size=32",
-        "trainer.infer_iters=2", "trainer.timing_warmup_steps=1"]
+BUDGET = ["trainer.max_steps=6", "trainer.batch_size=32", "trainer.infer_iters=2",
+          "trainer.timing_warmup_steps=1"]
+TINY = ["task=image", "task.dataset=digits", *BUDGET]
+TINY_TASKS = {
+    "image": TINY,
+    "speech": ["task=speech", "task.dataset=synth_digits", "task.synth_per_digit=10", *BUDGET],
+}
+NOTES = {"image": "one row per step", "speech": "one spectrogram frame per step"}
 
 
 def test_help_lists_subcommands():
@@ -21,14 +27,14 @@ def test_run_help_lists_groups_and_choices():
     out = run_cli("run", "--help")
     assert out.returncode == 0
     assert "model: attention, gru, lstm" in out.stdout
-    assert "task: image" in out.stdout
+    assert "task: image, speech" in out.stdout
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
         ("model.foo=1", "unknown config key 'model.foo'"),
-        ("task=video", "unknown task 'video'; choose one of: image"),
+        ("task=video", "unknown task 'video'; choose one of: image, speech"),
         ("model=transformer", "unknown model 'transformer'; choose one of: attention, gru, lstm"),
         ("task.dataset=cifar", "unknown image dataset 'cifar'"),
         ("model.num_heads=3", "model.num_heads=3 does not divide model.dim=64"),
@@ -64,14 +70,15 @@ def _records(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(results.glob("runs/*/record.json"))]
 
 
+@pytest.mark.parametrize("task", list(TINY_TASKS))
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
-def test_tiny_run_writes_a_valid_record(tmp_path, model):
-    out = run_cli("run", *TINY, f"model={model}", "seed=7", f"results_dir={tmp_path}",
+def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
+    out = run_cli("run", *TINY_TASKS[task], f"model={model}", "seed=7", f"results_dir={tmp_path}",
                   f"cache_dir={tmp_path / 'cache'}")
     assert out.returncode == 0, out.stderr
     (rec,) = _records(tmp_path)
     assert rec["status"] == "ok" and rec["model"] == model and rec["seed"] == 7
-    assert rec["task"] == "image" and rec["dataset"] == "digits"
+    assert rec["task"] == task and rec["dataset"] == TINY_TASKS[task][1].split("=")[1]
     assert 0.0 <= rec["test_metric"] <= 1.0 and rec["metric_name"] == "accuracy"
     assert rec["steps"] == 6 and rec["config"]["trainer"]["max_steps"] == 6
     assert rec["params"] > 1000 and rec["flops_per_sample"] > 0
@@ -84,7 +91,7 @@ def test_tiny_run_writes_a_valid_record(tmp_path, model):
     assert env["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert "git_revision" in env
     if model != "attention":
-        assert "one row per step" in rec["model_notes"]
+        assert NOTES[task] in rec["model_notes"]
     assert (Path(rec["run_dir"]) / "best.pt").is_file()
 
 
@@ -109,3 +116,19 @@ def test_same_seed_gives_the_same_result(tmp_path):
         assert out.returncode == 0, out.stderr
     (a,), (b,) = _records(tmp_path / "a"), _records(tmp_path / "b")
     assert a["test_metric"] == b["test_metric"] and a["test_loss"] == b["test_loss"]
+
+
+def test_corrupt_wav_is_named(tmp_path):
+    import numpy as np
+    import soundfile
+
+    rec_dir = tmp_path / "data" / "fsdd" / "recordings"
+    rec_dir.mkdir(parents=True)
+    for digit in range(3):
+        soundfile.write(rec_dir / f"{digit}_amy_{digit}.wav", np.zeros(800, np.float32), 8000)
+    (rec_dir / "4_amy_7.wav").write_bytes(b"RIFF\x00\x00garbage")
+    out = run_cli("run", "task=speech", "task.dataset=fsdd", f"data_dir={tmp_path / 'data'}",
+                  f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}")
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "4_amy_7.wav" in out.stderr and "corrupt" in out.stderr

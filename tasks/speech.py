@@ -1,0 +1,277 @@
+"""Spoken-digit recognition from log-mel spectrograms: FSDD (data root) or synth_digits
+(offline, espeak-ng).
+
+Attention model: AST-style, the same patch transformer as the image ViT over 2-D
+spectrogram patches (overlap allowed). RNN baselines: LSTM/GRU over spectrogram frames.
+
+Pad/crop policy: every clip is resampled to ``sample_rate``, then zero-padded at the end or
+centre-cropped to ``max_seconds``. RNNs skip the padded frames (packed sequences); the
+attention model sees the whole fixed-size spectrogram, whose padded frames are the train mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchaudio
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from torch.utils.data import TensorDataset
+
+from bench.data import cache_path, data_root, verify_md5sums
+from bench.errors import BenchError
+from bench.io import atomic_torch_save, load_state_dict
+from bench.task import Batch, ClassificationTask, Splits
+from models.patch import PatchTransformerClassifier
+from models.rnn import GridRNNClassifier
+
+FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")
+FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
+
+
+class SpectrogramTransformer(PatchTransformerClassifier):
+    """AST-style classifier; takes (spectrogram, lengths) like the RNNs and reads all frames."""
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
+        return super().forward(x)
+
+
+class SpeechTask(ClassificationTask):
+    def __init__(
+        self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
+        sample_rate: int = 8000, max_seconds: float = 1.0, n_mels: int = 40,
+        n_fft: int = 256, win_ms: float = 25.0, hop_ms: float = 10.0,
+        split: str = "official", holdout_speaker: str | None = None,
+        synth_per_digit: int = 100, synth_seed: int = 0,
+        patch_size: tuple[int, int] = (8, 8), patch_stride: tuple[int, int] = (8, 4),
+        specaugment: bool = False, freq_mask: int = 8, time_mask: int = 10,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing)
+        readers = {"fsdd": self._read_fsdd, "synth_digits": self._read_synth}
+        if dataset not in readers:
+            raise BenchError(f"unknown speech dataset '{dataset}'; choose one of {', '.join(readers)}")
+        if split not in ("official", "speaker"):
+            raise BenchError(f"task.split must be 'official' or 'speaker', got '{split}'")
+        if split == "speaker" and not holdout_speaker:
+            raise BenchError("task.split=speaker needs task.holdout_speaker=NAME (leave one speaker out)")
+        if sample_rate <= 0 or max_seconds <= 0 or n_mels <= 0 or hop_ms <= 0:
+            raise BenchError("task.sample_rate, max_seconds, n_mels and hop_ms must all be > 0")
+        self._read = readers[dataset]
+        self.sample_rate, self.max_seconds = sample_rate, max_seconds
+        self.n_mels, self.n_fft = n_mels, n_fft
+        self.win_length = round(sample_rate * win_ms / 1000)
+        self.hop_length = round(sample_rate * hop_ms / 1000)
+        if self.win_length > n_fft:
+            raise BenchError(f"task.win_ms gives {self.win_length} samples, more than n_fft={n_fft}")
+        self.split, self.holdout_speaker = split, holdout_speaker
+        self.synth_per_digit, self.synth_seed = synth_per_digit, synth_seed
+        self.patch_size, self.patch_stride = tuple(patch_size), tuple(patch_stride)
+        self.specaugment = specaugment
+        self.masks = nn.Sequential(
+            torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True),
+            torchaudio.transforms.TimeMasking(time_mask, iid_masks=True),
+        )
+
+    # ------------------------------------------------------------------ raw audio
+    def _read_fsdd(self) -> tuple[dict, list[np.ndarray], int | list[int]]:
+        import soundfile
+
+        root = data_root(self.data_dir, self.dataset, "fsdd") / "recordings"
+        names = sorted(p.name for p in root.glob("*.wav")) if root.is_dir() else []
+        if not names:
+            raise BenchError(f"dataset 'fsdd': no .wav files in {root}; check data_dir / BENCH_DATA_DIR")
+        meta = {"digit": [], "speaker": [], "index": []}
+        waves, rates = [], []
+        for name in names:
+            match = FSDD_NAME.match(name)
+            if not match:
+                continue
+            try:
+                wave, rate = soundfile.read(root / name, dtype="float32", always_2d=True)
+            except Exception as e:  # noqa: BLE001 - libsndfile raises several types
+                raise BenchError(f"dataset 'fsdd': cannot read {root / name} ({e}); "
+                                 f"the file is corrupt, fetch it again") from None
+            waves.append(wave.mean(axis=1))
+            rates.append(rate)
+            meta["digit"].append(int(match[1]))
+            meta["speaker"].append(match[2])
+            meta["index"].append(int(match[3]))
+        return meta, waves, rates
+
+    def _read_synth(self) -> tuple[dict, list[np.ndarray], int]:
+        from tasks.speech_synth import draw_specs, synthesise
+
+        specs = draw_specs(self.synth_per_digit, self.synth_seed)
+        rate, waves = synthesise(specs, self.synth_seed)
+        # Each clip gets an FSDD-like recording index 0-49 from its position among its digit's
+        # clips, so the same split rules apply: the first 10% test, the next 10% validation.
+        per_digit = self.synth_per_digit
+        meta = {"digit": [s.digit for s in specs], "speaker": [s.voice for s in specs],
+                "index": [(i % per_digit) * 50 // per_digit for i in range(len(specs))]}
+        return meta, waves, rate
+
+    def _fingerprint(self) -> dict:
+        if self.dataset == "fsdd":
+            root = data_root(self.data_dir, self.dataset, "fsdd") / "recordings"
+            listing = sorted((p.name, p.stat().st_size) for p in root.glob("*.wav"))
+            source = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+        else:
+            source = {"per_digit": self.synth_per_digit, "seed": self.synth_seed}
+        return {
+            "version": FEATURES_VERSION, "dataset": self.dataset, "source": source,
+            "sample_rate": self.sample_rate, "max_seconds": self.max_seconds,
+            "n_mels": self.n_mels, "n_fft": self.n_fft, "win_length": self.win_length,
+            "hop_length": self.hop_length,
+        }
+
+    # ------------------------------------------------------------------ features
+    def features_path(self) -> Path:
+        key = hashlib.sha256(json.dumps(self._fingerprint(), sort_keys=True).encode()).hexdigest()
+        return cache_path(self.cache_dir, "speech") / f"{self.dataset}-{key[:16]}.pt"
+
+    def compute_features(self) -> dict:
+        if self.dataset == "fsdd":
+            root = data_root(self.data_dir, self.dataset, "fsdd")
+            verify_md5sums(root, [f"recordings/{p.name}" for p in (root / "recordings").glob("*.wav")],
+                           self.dataset)
+        meta, waves, rates = self._read()
+        rates = rates if isinstance(rates, list) else [rates] * len(waves)
+        max_samples = round(self.max_seconds * self.sample_rate)
+        mel = torchaudio.transforms.MelSpectrogram(
+            sample_rate=self.sample_rate, n_fft=self.n_fft, win_length=self.win_length,
+            hop_length=self.hop_length, n_mels=self.n_mels,
+        )
+        batch, lengths = [], []
+        for wave, rate in zip(waves, rates, strict=True):
+            signal = torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
+            if rate != self.sample_rate:
+                signal = torchaudio.functional.resample(signal, rate, self.sample_rate)
+            signal, valid = pad_or_crop(signal, max_samples)
+            batch.append(signal)
+            lengths.append(1 + valid // self.hop_length)
+        log_mel = torch.log(mel(torch.stack(batch)) + 1e-6)  # (N, n_mels, frames)
+        return {
+            "features": log_mel,
+            "lengths": torch.tensor(lengths).clamp(max=log_mel.shape[-1]),
+            "labels": torch.tensor(meta["digit"]),
+            "speakers": meta["speaker"],
+            "index": torch.tensor(meta["index"]),
+        }
+
+    def load_features(self) -> tuple[dict, bool]:
+        """Features from the cache, computing and caching them on a miss. Returns
+        ``(features, was_cached)``."""
+        path = self.features_path()
+        if path.is_file():
+            try:
+                return load_state_dict(path), True
+            except Exception:  # noqa: BLE001 - an unreadable cache entry is recomputed
+                path.unlink(missing_ok=True)
+        feats = self.compute_features()
+        atomic_torch_save(path, feats)
+        return feats, False
+
+    def load(self, seed: int) -> Splits:
+        feats, cached = self.load_features()
+        speakers = feats["speakers"]
+        index = feats["index"]
+        if self.split == "speaker":
+            known = sorted(set(speakers))
+            if self.holdout_speaker not in known:
+                raise BenchError(f"unknown speaker '{self.holdout_speaker}'; choose one of {', '.join(known)}")
+            held = torch.tensor([s == self.holdout_speaker for s in speakers])
+            test = held
+            rule = f"test: every clip of speaker {self.holdout_speaker}; "
+        else:
+            test = index < 5  # FSDD's official split: recordings 0-4 are test
+            held = test
+            rule = "test: recordings 0-4 of every speaker; "
+        val = ~held & (index >= 5) & (index < 10)  # fixed rule: recordings 5-9 of the rest
+        train = ~held & ~val
+        x, lengths, y = feats["features"].unsqueeze(1), feats["lengths"], feats["labels"]
+        mean, std = frame_stats(x[train], lengths[train])
+        x = normalise(x, lengths, mean, std)
+        part = lambda m: TensorDataset(x[m], lengths[m], y[m])
+        info = {
+            "input_shape": list(x.shape[1:]),
+            "num_classes": 10,
+            "sizes": {"train": int(train.sum()), "val": int(val.sum()), "test": int(test.sum())},
+            "split": rule + "validation: recordings 5-9 of the others; train: the rest",
+            "features": {
+                "kind": "log-mel (torchaudio MelSpectrogram)", "sample_rate": self.sample_rate,
+                "n_mels": self.n_mels, "n_fft": self.n_fft, "win_length": self.win_length,
+                "hop_length": self.hop_length, "frames": x.shape[-1],
+                "pad_crop": f"zero-pad at the end / centre-crop to {self.max_seconds} s",
+                "normalisation": "per mel bin, mean/std of the train split's valid frames",
+                "cached": cached, "cache_file": str(self.features_path()),
+            },
+            "specaugment": self.specaugment,
+        }
+        return Splits(part(train), part(val), part(test), info)
+
+    def augment(self, batch: Batch) -> Batch:
+        if not self.specaugment:
+            return batch
+        x, lengths, y = batch
+        return self.masks(x), lengths, y
+
+    # ------------------------------------------------------------------ models
+    def model_builders(self):
+        return {"attention": self._ast, "rnn": self._frame_rnn}
+
+    def _ast(self, m: DictConfig, splits: Splits) -> nn.Module:
+        channels, n_mels, frames = splits.info["input_shape"]
+        return SpectrogramTransformer(
+            input_size=(n_mels, frames), patch_size=self.patch_size, stride=self.patch_stride,
+            in_chans=channels, num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
+            num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
+            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding,
+        )
+
+    def _frame_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
+        channels, n_mels, _ = splits.info["input_shape"]
+        return GridRNNClassifier(
+            input_dim=channels * n_mels, num_classes=splits.info["num_classes"],
+            hidden_dim=m.dim, num_layers=m.depth, cell=m.cell, bidirectional=m.bidirectional,
+            dropout=m.dropout, step_axis="cols",
+        )
+
+    def model_notes(self, model_cfg: DictConfig) -> str:
+        if model_cfg.family == "rnn":
+            return "RNN reads one spectrogram frame per step, padded frames skipped"
+        return (f"AST-style: {self.patch_size[0]}x{self.patch_size[1]} (mel x frame) patches, "
+                f"stride {self.patch_stride[0]}x{self.patch_stride[1]}, cls-token head")
+
+
+def pad_or_crop(signal: Tensor, length: int) -> tuple[Tensor, int]:
+    """Zero-pad at the end, or keep the centre; returns the signal and its valid length."""
+    n = signal.shape[-1]
+    if n >= length:
+        start = (n - length) // 2
+        return signal[start : start + length], length
+    return torch.nn.functional.pad(signal, (0, length - n)), n
+
+
+def _valid_frames(x: Tensor, lengths: Tensor) -> Tensor:
+    frames = torch.arange(x.shape[-1])
+    return (frames[None, :] < lengths[:, None])[:, None, None, :]  # (N, 1, 1, T)
+
+
+def frame_stats(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-bin mean and std over the valid (unpadded) frames of (N, 1, F, T) features."""
+    mask = _valid_frames(x, lengths).float()
+    count = mask.sum()
+    mean = (x * mask).sum(dim=(0, 3), keepdim=True) / count  # (1, 1, F, 1)
+    var = (((x - mean) * mask) ** 2).sum(dim=(0, 3), keepdim=True) / count
+    return mean, var.sqrt().clamp_min(1e-5)
+
+
+def normalise(x: Tensor, lengths: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Standardise, and set padded frames to 0 (the train mean)."""
+    return ((x - mean) / std) * _valid_frames(x, lengths)
