@@ -184,7 +184,9 @@ class SpeechTask(ClassificationTask):
         if self.split == "speaker":
             known = sorted(set(speakers))
             if self.holdout_speaker not in known:
-                raise BenchError(f"unknown speaker '{self.holdout_speaker}'; choose one of {', '.join(known)}")
+                raise BenchError(
+                    f"unknown speaker '{self.holdout_speaker}'; choose one of {', '.join(known)}"
+                )
             held = torch.tensor([s == self.holdout_speaker for s in speakers])
             test = held
             rule = f"test: every clip of speaker {self.holdout_speaker}; "

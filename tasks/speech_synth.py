@@ -3,8 +3,9 @@
 The ``espeakng-loader`` wheel bundles libespeak-ng and its data; we call its C API through
 ctypes. espeak-ng carries state from one utterance to the next (and seeds its noise from it),
 so a set is only reproducible when synthesised in the same order in a fresh process: each
-call here runs ``python -m tasks.speech_synth`` as a child process. Voices, variants, rates, pitches and noise are
-drawn from a NumPy generator seeded by ``seed``; the same seed gives the same clips.
+call here runs ``python -m tasks.speech_synth`` as a child process. Voices, variants, rates,
+pitches and noise are drawn from a NumPy generator seeded by ``seed``; the same seed gives the
+same clips.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import torch
 
 from bench.errors import BenchError
 from models.patch import num_patches
-from tasks.speech import SpeechTask, SpectrogramTransformer, frame_stats, normalise, pad_or_crop
+from tasks.speech import SpectrogramTransformer, SpeechTask, frame_stats, normalise, pad_or_crop
 from tasks.speech_synth import draw_specs, synthesise
 
 PER_DIGIT = 10
