@@ -138,7 +138,7 @@ def fit(
 
     model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
     model.eval()
-    test = task.evaluate(model, test_loader, device)
+    test = task.evaluate(model, test_loader, device, final=True)
     example = task.model_inputs(task.to_device(next(iter(test_loader)), device))
     results: dict[str, Any] = {
         "val_metric": best_val,
@@ -156,7 +156,8 @@ def fit(
         "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
         "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
         "flops_per_sample": measure.flops_per_sample(model, example),
+        "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
     }
     results.update(measure.peak_memory_mb(device))
-    results.update(measure.inference_speed(model, example, device, cfg.infer_iters))
+    results.update(measure.inference_speed(model, example, device, cfg.infer_iters, infer=task.infer))
     return results

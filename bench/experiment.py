@@ -109,7 +109,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     base = {
         "task": task.name,
         "dataset": task.dataset,
-        "model": cfg.model.name,
+        "model": task.model_label(cfg.model),
         "model_family": cfg.model.family,
         "variant": cfg.get("variant") or "default",
         "seed": cfg.seed,
@@ -122,7 +122,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
         "config": resolved,
         "environment": environment(device),
     }
-    stem = f"{task.name}-{task.dataset}-{cfg.model.name}-s{cfg.seed}-{base['config_hash'][:8]}"
+    stem = f"{task.name}-{task.dataset}-{base['model']}-s{cfg.seed}-{base['config_hash'][:8]}"
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     base["run_id"] = run_dir.name
     base["run_dir"] = str(run_dir)

@@ -6,6 +6,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -73,18 +74,20 @@ def synchronize(device: torch.device) -> None:
 @torch.no_grad()
 def inference_speed(
     model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device,
-    iters: int = 20, warmup: int = 3,
+    iters: int = 20, warmup: int = 3, infer: Callable | None = None,
 ) -> dict[str, float]:
-    """Time ``model(*inputs)`` in eval mode; warm-up calls are excluded."""
+    """Time ``infer(model, inputs)`` (default ``model(*inputs)``) in eval mode; warm-up calls
+    are excluded."""
+    infer = infer or (lambda m, x: m(*x))
     was_training = model.training
     model.eval()
     for _ in range(warmup):
-        model(*inputs)
+        infer(model, inputs)
     times = []
     for _ in range(iters):
         synchronize(device)
         start = time.perf_counter()
-        model(*inputs)
+        infer(model, inputs)
         synchronize(device)
         times.append(time.perf_counter() - start)
     model.train(was_training)

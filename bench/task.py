@@ -65,6 +65,10 @@ class Task(abc.ABC):
             )
         return builders[family](model_cfg, splits)
 
+    def model_label(self, model_cfg: DictConfig) -> str:
+        """The model's name in records and tables (a variant of a baseline gets its own)."""
+        return model_cfg.name
+
     def model_notes(self, model_cfg: DictConfig) -> str:
         """How the task feeds this model, in words, for the run record."""
         return ""
@@ -97,9 +101,15 @@ class Task(abc.ABC):
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         """Mean training loss of one batch."""
 
+    def infer(self, model: nn.Module, inputs: Batch) -> object:
+        """What inference means for this task (timed as inference throughput)."""
+        return model(*inputs)
+
     @abc.abstractmethod
-    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device) -> dict:
-        """``{"metric": ..., "loss": ...}`` over a whole split."""
+    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device,
+                 final: bool = False) -> dict:
+        """``{"metric": ..., "loss": ...}`` over a whole split; ``final`` marks the test
+        evaluation, where a task may add details (kept in the record as ``test_details``)."""
 
 
 class ClassificationTask(Task):
@@ -116,7 +126,8 @@ class ClassificationTask(Task):
         return F.cross_entropy(logits, batch[-1], label_smoothing=self.label_smoothing)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device) -> dict:
+    def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device,
+                 final: bool = False) -> dict:
         correct, total, loss_sum = 0, 0, 0.0
         for batch in loader:
             batch = self.to_device(batch, device)

@@ -13,8 +13,12 @@ TINY = ["task=image", "task.dataset=digits", *BUDGET]
 TINY_TASKS = {
     "image": TINY,
     "speech": ["task=speech", "task.dataset=synth_digits", "task.synth_per_digit=10", *BUDGET],
+    "translation": ["task=translation", "task.dataset=numbers", "task.vocab_size=150",
+                    "task.numbers_sizes={train:300,val:20,test:20}", "model.dim=32", "model.depth=1",
+                    *BUDGET],
 }
-NOTES = {"image": "one row per step", "speech": "one spectrogram frame per step"}
+NOTES = {"image": "one row per step", "speech": "one spectrogram frame per step",
+         "translation": "without attention"}
 
 
 def test_help_lists_subcommands():
@@ -27,14 +31,14 @@ def test_run_help_lists_groups_and_choices():
     out = run_cli("run", "--help")
     assert out.returncode == 0
     assert "model: attention, gru, lstm" in out.stdout
-    assert "task: image, speech" in out.stdout
+    assert "task: image, speech, translation" in out.stdout
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
         ("model.foo=1", "unknown config key 'model.foo'"),
-        ("task=video", "unknown task 'video'; choose one of: image, speech"),
+        ("task=video", "unknown task 'video'; choose one of: image, speech, translation"),
         ("model=transformer", "unknown model 'transformer'; choose one of: attention, gru, lstm"),
         ("task.dataset=cifar", "unknown image dataset 'cifar'"),
         ("model.num_heads=3", "model.num_heads=3 does not divide model.dim=64"),
@@ -79,20 +83,35 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
     (rec,) = _records(tmp_path)
     assert rec["status"] == "ok" and rec["model"] == model and rec["seed"] == 7
     assert rec["task"] == task and rec["dataset"] == TINY_TASKS[task][1].split("=")[1]
-    assert 0.0 <= rec["test_metric"] <= 1.0 and rec["metric_name"] == "accuracy"
+    assert 0.0 <= rec["test_metric"] <= (100.0 if task == "translation" else 1.0)
     assert rec["steps"] == 6 and rec["config"]["trainer"]["max_steps"] == 6
     assert rec["params"] > 1000 and rec["flops_per_sample"] > 0
     for key in ("train_samples_per_s", "infer_samples_per_s", "infer_latency_ms_median",
                 "peak_memory_mb", "wall_time_s"):
         assert rec[key] > 0, key
     assert len(rec["config_hash"]) == 12
-    assert "best validation accuracy" in rec["checkpoint_selection"]
+    assert f"best validation {rec['metric_name']}" in rec["checkpoint_selection"]
     env = rec["environment"]
     assert env["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert "git_revision" in env
     if model != "attention":
         assert NOTES[task] in rec["model_notes"]
+    if task == "translation":
+        details = rec["test_details"]
+        assert details["bleu_signature"].startswith("nrefs:1") and 0 <= details["chrf"] <= 100
+        assert details["bleu_by_source_length"] and len(details["samples"]) == 5
+        assert rec["metric_name"] == "bleu" and details["perplexity"] > 1
     assert (Path(rec["run_dir"]) / "best.pt").is_file()
+
+
+def test_rnn_with_additive_attention_is_labelled(tmp_path):
+    out = run_cli("run", *TINY_TASKS["translation"], "model=gru", "model.additive_attention=true",
+                  f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}")
+    assert out.returncode == 0, out.stderr
+    (rec,) = _records(tmp_path)
+    assert rec["model"] == "gru+additive_attn"
+    assert "additive (Bahdanau) attention" in rec["model_notes"]
+    assert "not the multi-head dot-product core" in rec["model_notes"]
 
 
 def test_sweep_records_every_run_and_table_prints_them(tmp_path):

@@ -9,27 +9,32 @@ from bench.cli import CONF_DIR
 from bench.measure import count_parameters
 from bench.task import Splits
 
-CASES = {  # (task, dataset): input shape the task's loader produces
-    ("image", "fashion_mnist"): [1, 28, 28],
-    ("image", "digits"): [1, 8, 8],
-    ("speech", "fsdd"): [1, 40, 101],
-    ("speech", "synth_digits"): [1, 40, 101],
+CASES = {  # (task, dataset): what the task's loader reports about the data
+    ("image", "fashion_mnist"): {"input_shape": [1, 28, 28], "num_classes": 10},
+    ("image", "digits"): {"input_shape": [1, 8, 8], "num_classes": 10},
+    ("speech", "fsdd"): {"input_shape": [1, 40, 101], "num_classes": 10},
+    ("speech", "synth_digits"): {"input_shape": [1, 40, 101], "num_classes": 10},
+    ("translation", "multi30k"): {"vocab_size": 8000},
+}
+BASELINES = {
+    "image": [["model=lstm"], ["model=gru"]],
+    "speech": [["model=lstm"], ["model=gru"]],
+    "translation": [["model=lstm"], ["model=gru"], ["model=lstm", "model.additive_attention=true"],
+                    ["model=gru", "model.additive_attention=true"]],
 }
 
 
-def _params(task_name, dataset, model, shape):
+def _params(task_name, dataset, overrides, info):
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"task={task_name}", f"model={model}",
-                                           f"task.dataset={dataset}"])
+        cfg = compose("config", overrides=[f"task={task_name}", f"task.dataset={dataset}", *overrides])
     task = instantiate(cfg.task, data_dir=None, cache_dir="unused")
-    splits = Splits([], [], [], {"input_shape": shape, "num_classes": 10})
-    return count_parameters(task.build_model(cfg.model, splits))
+    return count_parameters(task.build_model(cfg.model, Splits([], [], [], info)))
 
 
 @pytest.mark.parametrize("task_name, dataset", list(CASES))
 def test_rnn_baselines_match_attention_parameters_within_10_percent(task_name, dataset):
-    shape = CASES[(task_name, dataset)]
-    counts = {m: _params(task_name, dataset, m, shape) for m in ("attention", "lstm", "gru")}
-    for rnn in ("lstm", "gru"):
-        gap = abs(counts[rnn] - counts["attention"]) / counts["attention"]
-        assert gap <= 0.10, counts
+    info = CASES[(task_name, dataset)]
+    attention = _params(task_name, dataset, ["model=attention"], info)
+    for overrides in BASELINES[task_name]:
+        rnn = _params(task_name, dataset, overrides, info)
+        assert abs(rnn - attention) / attention <= 0.10, (overrides, rnn, attention)
