@@ -159,10 +159,12 @@ class DecoderLayer(nn.Module):
 class _Stack(nn.Module):
     """What encoder and decoder share: position encoding, input dropout, layers, final norm."""
 
+    layer_cls: type[nn.Module]
+
     def __init__(
-        self, layer_cls: type[nn.Module], dim: int, depth: int, num_heads: int,
-        mlp_ratio: float, dropout: float, attn_dropout: float, pos_encoding: str,
-        max_len: int, norm_eps: float,
+        self, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0,
+        dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned",
+        max_len: int = 512, norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         if depth <= 0:
@@ -175,7 +177,7 @@ class _Stack(nn.Module):
         self.pos, rotary = build_position_encoding(pos_encoding, dim, num_heads, max_len)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            layer_cls(dim, num_heads, mlp_ratio, dropout, attn_dropout, norm_eps, rotary)
+            self.layer_cls(dim, num_heads, mlp_ratio, dropout, attn_dropout, norm_eps, rotary)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim, eps=norm_eps)
@@ -187,15 +189,7 @@ class _Stack(nn.Module):
 class TransformerEncoder(_Stack):
     """A stack of pre-norm encoder layers over (B, L, dim) tokens."""
 
-    def __init__(
-        self, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0,
-        dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned",
-        max_len: int = 512, norm_eps: float = 1e-6,
-    ) -> None:
-        super().__init__(
-            EncoderLayer, dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
-            pos_encoding, max_len, norm_eps,
-        )
+    layer_cls = EncoderLayer
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
@@ -213,15 +207,7 @@ class TransformerEncoder(_Stack):
 class TransformerDecoder(_Stack):
     """A stack of pre-norm decoder layers; ``cache`` enables step-by-step decoding."""
 
-    def __init__(
-        self, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0,
-        dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned",
-        max_len: int = 512, norm_eps: float = 1e-6,
-    ) -> None:
-        super().__init__(
-            DecoderLayer, dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
-            pos_encoding, max_len, norm_eps,
-        )
+    layer_cls = DecoderLayer
 
     def new_cache(self) -> list[tuple[KVCache, KVCache]]:
         return [(KVCache(static=False), KVCache(static=True)) for _ in self.layers]

@@ -83,20 +83,19 @@ def test_non_finite_loss_fails_the_run(tmp_path):
 
 def test_rnn_flops_are_counted():
     lstm = nn.LSTM(8, 16, batch_first=True)
-    flops = measure.flops_per_sample(lambda_module(lstm), (torch.randn(3, 5, 8),))
+    flops = measure.flops_per_sample(FirstOutput(lstm), (torch.randn(3, 5, 8),))
     assert flops == 2 * 5 * (4 * 16 * 8 + 4 * 16 * 16)
 
 
-def lambda_module(rnn):
-    class Wrap(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rnn = rnn
+class FirstOutput(nn.Module):
+    """A module that returns only the first output of a module returning a tuple."""
 
-        def forward(self, x):
-            return self.rnn(x)[0]
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
 
-    return Wrap()
+    def forward(self, x):
+        return self.inner(x)[0]
 
 
 def test_attention_flops_include_the_score_matmuls():
@@ -104,22 +103,10 @@ def test_attention_flops_include_the_score_matmuls():
 
     core = MultiHeadAttention(32, 4)
     L = 10
-    flops = measure.flops_per_sample(lambda_attn(core), (torch.randn(2, L, 32),))
+    flops = measure.flops_per_sample(FirstOutput(core), (torch.randn(2, L, 32),))
     projections = 2 * L * 32 * (3 * 32) + 2 * L * 32 * 32
     scores_and_values = 2 * 2 * L * L * 32
     assert flops == projections + scores_and_values
-
-
-def lambda_attn(core):
-    class Wrap(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.core = core
-
-        def forward(self, x):
-            return self.core(x)[0]
-
-    return Wrap()
 
 
 def test_config_hash_ignores_paths_and_seed_only():
