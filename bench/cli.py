@@ -112,24 +112,33 @@ def run_command(args: list[str]) -> int:
 
 # ---------------------------------------------------------------- table
 def table_command(args: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="mhab table", description="Print the run records "
-                                     "under RESULTS_DIR as one table.")
+    parser = argparse.ArgumentParser(
+        prog="mhab table",
+        description="Load every run record under RESULTS_DIR into one table, save it as "
+                    "results.parquet and results.csv there, and print it with the mean, std "
+                    "and 95% CI over seeds.")
     parser.add_argument("results_dir", nargs="?", default="results")
     ns = parser.parse_args(args)
-    from bench.results import load, summary_columns
+    from bench.results import aggregate, load, save, summary_columns
 
     frame = load(ns.results_dir)
     if frame.empty:
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
         return 1
-    print(frame[summary_columns(frame)].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    paths = save(frame, ns.results_dir)
+    fmt = lambda v: f"{v:.4g}"
+    print(frame[summary_columns(frame)].to_string(index=False, float_format=fmt))
+    print()
+    print(aggregate(frame).to_string(index=False, float_format=fmt))
+    print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0
 
 
 COMMANDS = {
     "run": (run_command, "run one experiment, or a sweep with -m (Hydra overrides; "
                          "'mhab run --help' lists config groups)"),
-    "table": (table_command, "print all run records under a results dir as one table"),
+    "table": (table_command, "all run records under a results dir as one table (saved as "
+                             "parquet and CSV), with mean/std/95% CI over seeds"),
 }
 
 

@@ -95,6 +95,13 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     after training started writes a record with ``status: failed`` and raises ``RunFailed``.
     """
     validate(cfg)
+    resolved = record.resolved_config(cfg)
+    config_hash = record.config_hash(resolved)
+    if not cfg.get("force", False):
+        done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed)
+        if done is not None:  # resume: this experiment and seed already have an ok record
+            log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
+            return {**done, "skipped": True}
     device = resolve_device(cfg.device)
     task = build_task(cfg)
     seed_everything(cfg.seed)
@@ -105,7 +112,6 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     except ValueError as e:  # impossible shapes found by the model itself
         raise BenchError(str(e)) from None
 
-    resolved = record.resolved_config(cfg)
     base = {
         "task": task.name,
         "dataset": task.dataset,
@@ -113,7 +119,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
         "model_family": cfg.model.family,
         "variant": cfg.get("variant") or "default",
         "seed": cfg.seed,
-        "config_hash": record.config_hash(resolved),
+        "config_hash": config_hash,
         "metric_name": task.metric_name,
         "higher_is_better": task.higher_is_better,
         "params": measure.count_parameters(model),
@@ -122,7 +128,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
         "config": resolved,
         "environment": environment(device),
     }
-    stem = f"{task.name}-{task.dataset}-{base['model']}-s{cfg.seed}-{base['config_hash'][:8]}"
+    stem = f"{task.name}-{task.dataset}-{base['model']}-s{cfg.seed}-{config_hash[:8]}"
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     base["run_id"] = run_dir.name
     base["run_dir"] = str(run_dir)

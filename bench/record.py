@@ -65,3 +65,13 @@ def read_record(path: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(f"malformed run record {path} ({e}); delete it or rerun that run") from None
+
+
+def find_ok_record(results_dir: str | Path, config_hash: str, seed: int) -> dict[str, Any] | None:
+    """An earlier ``ok`` record of the same experiment (config hash) and seed, if any."""
+    pattern = f"runs/*-s{seed}-{config_hash[:8]}-*/{RECORD}"
+    for path in sorted(Path(results_dir).glob(pattern)):
+        rec = read_record(path)
+        if rec.get("status") == "ok" and rec.get("config_hash") == config_hash and rec.get("seed") == seed:
+            return rec
+    return None
