@@ -1,0 +1,86 @@
+"""The results table, seed aggregation, and resuming a sweep."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bench.results import COLUMNS, aggregate, confidence_interval, load, save
+from tests.conftest import run_cli
+
+TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=3", "trainer.batch_size=32",
+        "trainer.infer_iters=1", "trainer.timing_warmup_steps=1", "model=gru"]
+
+
+def _fake_record(root, name, **fields):
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    base = {"task": "image", "dataset": "digits", "model": "gru", "variant": "default", "seed": 0,
+            "status": "ok", "metric_name": "accuracy", "test_metric": 0.9, "params": 100,
+            "train_samples_per_s": 10.0, "infer_samples_per_s": 20.0, "config_hash": "abc",
+            "environment": {"device": "cpu", "device_name": "x86"}}
+    (run / "record.json").write_text(json.dumps({**base, **fields}))
+
+
+def test_table_schema_and_files(tmp_path):
+    _fake_record(tmp_path, "a", seed=0)
+    _fake_record(tmp_path, "b", seed=1, test_metric=0.8)
+    (tmp_path / "runs" / "killed-before-record").mkdir()  # no record.json: not a row
+    frame = load(tmp_path)
+    assert list(frame.columns) == COLUMNS and len(frame) == 2
+    for column in ("task", "dataset", "model", "seed", "status", "metric_name", "test_metric",
+                   "params", "train_samples_per_s", "infer_samples_per_s", "config_hash"):
+        assert column in frame.columns
+    assert frame["device"].tolist() == ["cpu", "cpu"]
+    parquet, csv = save(frame, tmp_path)
+    pd.testing.assert_frame_equal(pd.read_parquet(parquet), frame)
+    assert len(pd.read_csv(csv)) == 2
+
+
+def test_aggregate_mean_std_and_t_interval(tmp_path):
+    values = [0.90, 0.80, 0.85]
+    for seed, v in enumerate(values):
+        _fake_record(tmp_path, f"r{seed}", seed=seed, test_metric=v)
+    _fake_record(tmp_path, "failed", seed=3, status="failed", test_metric=None)
+    _fake_record(tmp_path, "other", model="lstm", test_metric=0.5)
+    agg = aggregate(load(tmp_path)).set_index("model")
+    gru = agg.loc["gru"]
+    assert gru["seeds"] == 3 and gru["mean"] == pytest.approx(0.85)
+    std = pd.Series(values).std()
+    assert gru["std"] == pytest.approx(std)
+    assert gru["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * std / math.sqrt(3))
+    assert math.isnan(agg.loc["lstm"]["ci95"])  # one seed: no interval
+    assert confidence_interval(pd.Series([1.0, 1.0])) == 0.0
+
+
+def test_rerun_skips_ok_runs_and_force_reruns(tmp_path):
+    args = ["run", *TINY, f"results_dir={tmp_path}"]
+    assert run_cli(*args).returncode == 0
+    second = run_cli(*args)
+    assert second.returncode == 0 and "skipping: already recorded ok" in second.stderr + second.stdout
+    assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
+    assert run_cli(*args, "force=true").returncode == 0
+    assert len(list(tmp_path.glob("runs/*/record.json"))) == 2
+
+
+def test_failed_runs_are_retried(tmp_path):
+    assert run_cli("run", *TINY, f"results_dir={tmp_path}").returncode == 0
+    (path,) = tmp_path.glob("runs/*/record.json")
+    rec = json.loads(path.read_text())
+    rec["status"] = "failed"
+    path.write_text(json.dumps(rec))
+    assert run_cli("run", *TINY, f"results_dir={tmp_path}").returncode == 0
+    statuses = sorted(json.loads(p.read_text())["status"] for p in tmp_path.glob("runs/*/record.json"))
+    assert statuses == ["failed", "ok"]
+
+
+def test_malformed_record_is_a_one_line_error(tmp_path):
+    _fake_record(tmp_path, "good")
+    bad = tmp_path / "runs" / "bad"
+    bad.mkdir()
+    (bad / "record.json").write_text("{not json")
+    out = run_cli("table", str(tmp_path))
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "malformed run record" in out.stderr
