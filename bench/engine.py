@@ -23,6 +23,7 @@ from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Splits, Task
 
 CHECKPOINT = "best.pt"
+ATTENTION_EXAMPLE = "attention.pt"
 log = logging.getLogger(__name__)
 
 
@@ -158,6 +159,10 @@ def fit(
         "flops_per_sample": measure.flops_per_sample(model, example),
         "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
     }
+    attention = task.attention_example(model, splits, device)
+    if attention is not None:
+        atomic_torch_save(run_dir / ATTENTION_EXAMPLE, attention)
+        results["attention_example"] = ATTENTION_EXAMPLE
     results.update(measure.peak_memory_mb(device))
     results.update(measure.inference_speed(model, example, device, cfg.infer_iters, infer=task.infer))
     return results

@@ -97,6 +97,11 @@ class Task(abc.ABC):
         """Training-time augmentation on a batch already on the device."""
         return batch
 
+    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+        """Per-head attention weights on one real test example, for the report; None when the
+        model has none to show."""
+        return None
+
     @abc.abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         """Mean training loss of one batch."""
@@ -120,6 +125,17 @@ class ClassificationTask(Task):
     def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.label_smoothing = label_smoothing
+
+    @torch.no_grad()
+    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+        """The cls token's last-layer attention over the patch grid, per head, for the first
+        test example (models with a ``cls_attention_grid``: the ViT and the AST)."""
+        if not hasattr(model, "cls_attention_grid"):
+            return None
+        item = splits.test[0]
+        x = item[0][None].to(device)
+        return {"kind": "patch_grid", "input": item[0].cpu(), "label": int(item[-1]),
+                "heads": model.cls_attention_grid(x)[0].cpu()}
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         logits = model(*self.model_inputs(batch))

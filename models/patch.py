@@ -87,3 +87,11 @@ class PatchTransformerClassifier(nn.Module):
         """Per-layer, per-head attention weights (B, H, N + 1, N + 1) for one forward pass."""
         _, maps = self.encoder(self.tokens(x), return_attention=True)
         return maps
+
+    @torch.no_grad()
+    def cls_attention_grid(self, x: Tensor) -> Tensor:
+        """How much the cls token attends to each patch in the last layer, per head, laid out
+        on the patch grid: (B, H, grid_h, grid_w)."""
+        last = self.attention_maps(x)[-1]  # (B, H, N + 1, N + 1)
+        B, H = last.shape[:2]
+        return last[:, :, 0, 1:].reshape(B, H, *self.patch_embed.grid)

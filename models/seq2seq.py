@@ -74,6 +74,13 @@ class TransformerSeq2Seq(nn.Module):
         h = self.decoder(self._embed(self.tgt_embed, tgt_in), state.memory, tgt_pad, state.pad_mask)
         return self.generator(h)
 
+    def cross_attention(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> list[Tensor]:
+        """Per-layer cross-attention weights (B, H, T, S) of a teacher-forced pass."""
+        state = self.encode(src, src_lengths)
+        _, maps = self.decoder(self._embed(self.tgt_embed, tgt_in), state.memory, tgt_in == self.pad_id,
+                               state.pad_mask, return_attention=True)
+        return maps
+
     # ---------------------------------------------------------- step-by-step decoding
     def start(self, state: EncoderState) -> list[tuple[KVCache, KVCache]]:
         return self.decoder.new_cache()

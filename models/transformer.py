@@ -139,20 +139,21 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: Tensor, memory: Tensor, tgt_key_padding_mask: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
-        cache: tuple[KVCache, KVCache] | None = None,
-    ) -> Tensor:
+        cache: tuple[KVCache, KVCache] | None = None, need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Returns the new states and, with ``need_weights``, the cross-attention weights."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
         h, _ = self.self_attn(
             self.norm1(x), key_padding_mask=tgt_key_padding_mask, is_causal=True,
             kv_cache=self_cache,
         )
         x = x + self.drop(h)
-        h, _ = self.cross_attn(
+        h, cross_weights = self.cross_attn(
             self.norm2(x), memory, memory, key_padding_mask=memory_key_padding_mask,
-            kv_cache=cross_cache,
+            kv_cache=cross_cache, need_weights=need_weights,
         )
         x = x + self.drop(h)
-        return x + self.mlp(self.norm3(x))
+        return x + self.mlp(self.norm3(x)), cross_weights
 
 
 # -------------------------------------------------------------------- stacks
@@ -215,13 +216,16 @@ class TransformerDecoder(_Stack):
     def forward(
         self, x: Tensor, memory: Tensor, tgt_key_padding_mask: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
-        cache: list[tuple[KVCache, KVCache]] | None = None,
-    ) -> Tensor:
+        cache: list[tuple[KVCache, KVCache]] | None = None, return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
         offset = 0 if cache is None else cache[0][0].length
         x = self._embed(x, offset)
+        maps = []
         for i, layer in enumerate(self.layers):
-            x = layer(
+            x, weights = layer(
                 x, memory, tgt_key_padding_mask, memory_key_padding_mask,
-                None if cache is None else cache[i],
+                None if cache is None else cache[i], return_attention,
             )
-        return self.norm(x)
+            maps.append(weights)
+        x = self.norm(x)
+        return (x, maps) if return_attention else x

@@ -260,6 +260,18 @@ class TranslationTask(Task):
                     "network, not the multi-head dot-product core")
         return "RNN seq2seq without attention: the decoder sees the source only through its initial state"
 
+    @torch.no_grad()
+    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+        """Last-layer cross-attention, per head, for the first test pair (Transformer only)."""
+        if not hasattr(model, "cross_attention"):
+            return None
+        src_ids, tgt_ids, _ = splits.test[0]
+        src, lengths, tgt_in, _, _ = self.to_device(collate_pairs([(src_ids, tgt_ids, 0)]), device)
+        weights = model.cross_attention(src, lengths, tgt_in)[-1][0].cpu()  # (H, T, S)
+        return {"kind": "cross", "heads": weights,
+                "source_tokens": [self.sp.IdToPiece(i) for i in src_ids],
+                "target_tokens": ["<s>", *[self.sp.IdToPiece(i) for i in tgt_ids]]}
+
     # ------------------------------------------------------------------ training and scoring
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         src, lengths, tgt_in, tgt_out, _ = batch

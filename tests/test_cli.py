@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import run_cli
 
@@ -102,6 +103,17 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
         assert details["bleu_by_source_length"] and len(details["samples"]) == 5
         assert rec["metric_name"] == "bleu" and details["perplexity"] > 1
     assert (Path(rec["run_dir"]) / "best.pt").is_file()
+    if model == "attention":  # per-head attention on a real test example, for the report
+        example = torch.load(Path(rec["run_dir"]) / rec["attention_example"], weights_only=True)
+        heads = example["heads"]
+        assert heads.shape[0] == rec["config"]["model"]["num_heads"]
+        if task == "translation":
+            assert heads.shape[1:] == (len(example["target_tokens"]), len(example["source_tokens"]))
+            torch.testing.assert_close(heads.sum(-1), torch.ones(heads.shape[:2]))  # rows sum to 1
+        else:
+            assert example["kind"] == "patch_grid" and heads.dim() == 3
+    else:
+        assert "attention_example" not in rec
 
 
 def test_rnn_with_additive_attention_is_labelled(tmp_path):
