@@ -134,11 +134,29 @@ def table_command(args: list[str]) -> int:
     return 0
 
 
+def report_command(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mhab report",
+        description="Write report.md and a self-contained report.html (images embedded) from "
+                    "the run records under RESULTS_DIR.")
+    parser.add_argument("results_dir", nargs="?", default="results")
+    ns = parser.parse_args(args)
+    from bench.report import write_report
+
+    if not any(Path(ns.results_dir).glob("runs/*/record.json")):
+        error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
+        return 1
+    for path in write_report(ns.results_dir):
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS = {
     "run": (run_command, "run one experiment, or a sweep with -m (Hydra overrides; "
                          "'mhab run --help' lists config groups)"),
     "table": (table_command, "all run records under a results dir as one table (saved as "
                              "parquet and CSV), with mean/std/95% CI over seeds"),
+    "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
 }
 
 

@@ -1,0 +1,425 @@
+"""``mhab report``: report.md and a self-contained report.html from the results table.
+
+Every figure and verdict is computed from the run records; a section without data says what
+to run to fill it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from bench.io import atomic_write, atomic_write_text  # noqa: E402
+from bench.record import RECORD, read_record  # noqa: E402
+from bench.results import aggregate, load  # noqa: E402
+
+TITLES = dict(
+    [
+        ("results", "Results per task"),
+        ("tradeoff", "Accuracy against throughput"),
+        ("scaling", "Throughput and memory against sequence length"),
+        ("length", "Metric by input length"),
+        ("heads", "Heads ablation"),
+        ("attention", "Attention maps"),
+        ("claims", "The article's claims against the data"),
+    ]
+)
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    markdown: list[str] = field(default_factory=list)  # paragraphs / tables (Markdown)
+    html: list[str] = field(default_factory=list)
+    figures: list[tuple[str, bytes]] = field(default_factory=list)  # (caption, PNG)
+
+    def text(self, line: str) -> None:
+        self.markdown.append(line)
+        self.html.append(f"<p>{html.escape(line)}</p>")
+
+    def table(self, frame: pd.DataFrame) -> None:
+        self.markdown.append(frame.to_markdown(index=False))
+        self.html.append(frame.to_html(index=False, escape=True, border=0, classes="table"))
+
+    def figure(self, caption: str, fig) -> None:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        self.figures.append((caption, buffer.getvalue()))
+
+
+def _fmt(value: float, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+# ---------------------------------------------------------------- sections
+def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
+    s = Section("results", TITLES["results"])
+    if agg.empty:
+        s.text("No successful runs yet: run `mhab run -m suite=quick`.")
+        return s
+    for (task, dataset), group in agg.groupby(["task", "dataset"]):
+        metric = group["metric_name"].iloc[0]
+        table = pd.DataFrame(
+            {
+                "model": group["model"],
+                "variant": group["variant"],
+                "seeds": group["seeds"],
+                f"test {metric} (mean ± 95% CI)": [
+                    f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g} (1 seed)"
+                    for m, c in zip(group["mean"], group["ci95"], strict=True)
+                ],
+                "params": group["params"].map(lambda v: f"{v:,.0f}"),
+                "train samples/s": group["train_samples_per_s"].map(_fmt),
+                "inference samples/s": group["infer_samples_per_s"].map(_fmt),
+                "GFLOPs/sample": (group["flops_per_sample"] / 1e9).map(_fmt),
+            }
+        )
+        s.text(f"{task} / {dataset}")
+        s.table(table)
+    failed = frame[frame["status"] != "ok"]
+    if len(failed):
+        s.text(
+            f"{len(failed)} run(s) failed and are left out: "
+            + "; ".join(f"{r.model} seed {r.seed}: {r.error}" for r in failed.itertuples())
+        )
+    return s
+
+
+def tradeoff_section(agg: pd.DataFrame) -> Section:
+    s = Section("tradeoff", TITLES["tradeoff"])
+    if agg.empty:
+        s.text("No data.")
+        return s
+    tasks = list(agg.groupby(["task", "dataset"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
+    for ax, ((task, dataset), group) in zip(axes[0], tasks, strict=True):
+        for row in group.itertuples():
+            ax.errorbar(
+                row.train_samples_per_s,
+                row.mean,
+                yerr=0 if math.isnan(row.ci95) else row.ci95,
+                fmt="o",
+                capsize=3,
+                label=f"{row.model} ({row.variant})" if row.variant != "default" else row.model,
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("training samples/s (log)")
+        ax.set_ylabel(f"test {group['metric_name'].iloc[0]}")
+        ax.set_title(f"{task} / {dataset}")
+        ax.legend(fontsize=7)
+    s.figure("Test metric (mean ± 95% CI) against training throughput, per task.", fig)
+    s.text("Up and to the right is better: more accurate and faster to train.")
+    return s
+
+
+def scaling_section(results_dir: Path) -> Section:
+    s = Section("scaling", TITLES["scaling"])
+    path = results_dir / "speed.csv"
+    if not path.is_file():
+        s.text("No speed table: run `mhab speed` (it writes speed.csv here).")
+        return s
+    speed = pd.read_csv(path)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, group in speed.groupby("model"):
+        group = group.sort_values("seq_len")
+        ax1.plot(group["seq_len"], group["tokens_per_s"], marker="o", label=name)
+        ax2.plot(group["seq_len"], group["peak_memory_mb"], marker="o", label=name)
+    for ax, label in ((ax1, "tokens/s"), (ax2, "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    s.figure("Tokens/s and memory against sequence length.", fig)
+    s.table(speed)
+    return s
+
+
+def length_section(records: list[dict]) -> Section:
+    s = Section("length", TITLES["length"])
+    rows = [
+        {"task": r["task"], "dataset": r["dataset"], "model": r["model"], "seed": r["seed"], **bucket}
+        for r in records
+        if r.get("status") == "ok"
+        for bucket in (r.get("test_details") or {}).get("bleu_by_source_length", [])
+    ]
+    if not rows:
+        s.text("No length buckets yet: translation runs record BLEU by source length.")
+        return s
+    buckets = pd.DataFrame(rows)
+    mean = buckets.groupby(["dataset", "model", "source_tokens"], sort=False)["bleu"].mean().reset_index()
+    for dataset, group in mean.groupby("dataset"):
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        order = list(dict.fromkeys(group["source_tokens"]))
+        for model, g in group.groupby("model"):
+            g = g.set_index("source_tokens").reindex(order)
+            ax.plot(order, g["bleu"], marker="o", label=model)
+        ax.set_xlabel("source length (subword tokens)")
+        ax.set_ylabel("test BLEU")
+        ax.set_title(f"translation / {dataset}")
+        ax.legend(fontsize=7)
+        s.figure(f"BLEU by source length, {dataset} (mean over seeds).", fig)
+        s.table(
+            group.pivot(index="source_tokens", columns="model", values="bleu").reindex(order).reset_index()
+        )
+    return s
+
+
+def heads_section(agg: pd.DataFrame) -> Section:
+    s = Section("heads", TITLES["heads"])
+    heads = _heads_table(agg)
+    if heads.empty:
+        s.text("No heads ablation: run `mhab run -m suite=claims` (heads 1/2/4/8 at fixed width).")
+        return s
+    for (task, dataset), group in heads.groupby(["task", "dataset"]):
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        group = group.sort_values("heads")
+        ax.errorbar(group["heads"], group["mean"], yerr=group["ci95"].fillna(0), marker="o", capsize=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("heads (fixed width)")
+        ax.set_ylabel(f"test {group['metric_name'].iloc[0]}")
+        ax.set_title(f"{task} / {dataset}")
+        s.figure(f"Heads ablation on {task} / {dataset}.", fig)
+        s.table(group[["heads", "seeds", "mean", "ci95", "params"]])
+    return s
+
+
+def _heads_table(agg: pd.DataFrame) -> pd.DataFrame:
+    rows = agg[agg["variant"].astype(str).str.match(r"^heads_\d+$")].copy()
+    rows["heads"] = rows["variant"].str.removeprefix("heads_").astype(int)
+    return rows
+
+
+def attention_section(records: list[dict]) -> Section:
+    s = Section("attention", TITLES["attention"])
+    shown = set()
+    for rec in records:
+        key = (rec["task"], rec["dataset"])
+        if rec.get("status") != "ok" or not rec.get("attention_example") or key in shown:
+            continue
+        path = Path(rec["run_dir"]) / rec["attention_example"]
+        if not path.is_file():
+            continue
+        shown.add(key)
+        example = torch.load(path, map_location="cpu", weights_only=True)
+        s.figure(
+            f"{rec['task']} / {rec['dataset']}: per-head attention of the {rec['model']} "
+            f"model (seed {rec['seed']}) on the first test example.",
+            _attention_figure(example),
+        )
+    if not shown:
+        s.text("No attention maps yet: attention runs save one test example's per-head weights.")
+    return s
+
+
+def _attention_figure(example: dict):
+    heads = example["heads"]
+    H = heads.shape[0]
+    if example["kind"] == "patch_grid":
+        image = example["input"][0]
+        fig, axes = plt.subplots(1, H + 1, figsize=(2.2 * (H + 1), 2.4))
+        axes[0].imshow(
+            image, cmap="gray", aspect="auto", origin="lower" if image.shape[0] < image.shape[1] else "upper"
+        )
+        axes[0].set_title(f"input (label {example['label']})", fontsize=8)
+        for h in range(H):
+            axes[h + 1].imshow(heads[h], cmap="viridis", aspect="auto")
+            axes[h + 1].set_title(f"head {h + 1}: cls -> patches", fontsize=8)
+    else:
+        fig, axes = plt.subplots(1, H, figsize=(3.2 * H, 3.2), squeeze=False)
+        axes = axes[0]
+        for h in range(H):
+            axes[h].imshow(heads[h], cmap="viridis", aspect="auto")
+            axes[h].set_xticks(
+                range(len(example["source_tokens"])), example["source_tokens"], rotation=90, fontsize=6
+            )
+            axes[h].set_yticks(range(len(example["target_tokens"])), example["target_tokens"], fontsize=6)
+            axes[h].set_title(f"head {h + 1}: target -> source", fontsize=8)
+    for ax in axes:
+        if example["kind"] == "patch_grid":
+            ax.set_xticks([])
+            ax.set_yticks([])
+    return fig
+
+
+# ---------------------------------------------------------------- claims
+def _compare(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> str:
+    """'higher', 'lower' or 'overlap' for a against b, by their 95% intervals."""
+    a_ci, b_ci = (0.0 if math.isnan(c) else c for c in (a_ci, b_ci))
+    if a_mean - a_ci > b_mean + b_ci:
+        return "higher"
+    if a_mean + a_ci < b_mean - b_ci:
+        return "lower"
+    return "overlap"
+
+
+def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], results_dir: Path) -> Section:
+    s = Section("claims", TITLES["claims"])
+    hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
+    s.text(
+        f"Measured on: {hardware}. Verdicts compare 95% confidence intervals over seeds; "
+        f"a single seed gives no interval, so such comparisons are marked inconclusive."
+    )
+    s.text("1. Several heads see more than one. " + _heads_verdict(agg))
+    s.text("2. Attention is more parallel and faster than RNNs. " + _speed_verdict(agg, results_dir))
+    s.text("3. Attention handles long-range dependencies. " + _long_range_verdict(records))
+    return s
+
+
+def _heads_verdict(agg: pd.DataFrame) -> str:
+    heads = _heads_table(agg)
+    verdicts = []
+    for (task, dataset), group in heads.groupby(["task", "dataset"]):
+        one = group[group["heads"] == 1]
+        many = group[group["heads"] > 1]
+        if one.empty or many.empty:
+            continue
+        best = many.loc[many["mean"].idxmax()]
+        one = one.iloc[0]
+        if one["seeds"] < 2 or best["seeds"] < 2:
+            verdicts.append(f"{task}/{dataset}: inconclusive (one seed)")
+            continue
+        outcome = _compare(best["mean"], best["ci95"], one["mean"], one["ci95"])
+        word = {"higher": "supported", "lower": "not supported", "overlap": "inconclusive at these CIs"}[
+            outcome
+        ]
+        verdicts.append(
+            f"{task}/{dataset}: {word} ({int(best['heads'])} heads {best['mean']:.4g} ± "
+            f"{best['ci95']:.2g} vs 1 head {one['mean']:.4g} ± {one['ci95']:.2g})"
+        )
+    return "; ".join(verdicts) + "." if verdicts else "No data: the heads ablation has not been run."
+
+
+def _speed_verdict(agg: pd.DataFrame, results_dir: Path) -> str:
+    ratios, parts = [], []
+    for (task, dataset), group in agg.groupby(["task", "dataset"]):
+        attn = group[group["model"] == "attention"]
+        rnns = group[group["model"] != "attention"]
+        if attn.empty or rnns.empty:
+            continue
+        fastest = rnns.loc[rnns["train_samples_per_s"].idxmax()]
+        ratio = attn.iloc[0]["train_samples_per_s"] / fastest["train_samples_per_s"]
+        ratios.append(ratio)
+        parts.append(
+            f"{task}/{dataset}: attention trains at {ratio:.2f}x the samples/s of the "
+            f"fastest RNN ({fastest['model']})"
+        )
+    if not parts:
+        return "No data."
+    if all(r > 1 for r in ratios):
+        verdict = "Supported on this hardware"
+    elif all(r < 1 for r in ratios):
+        verdict = "Not supported on this hardware"
+    else:
+        verdict = "Mixed on this hardware"
+    return f"{verdict}: " + "; ".join(parts) + " (throughput, one measurement per run: no CI)."
+
+
+def _long_range_verdict(records: list[dict]) -> str:
+    by_model: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        for b in (r.get("test_details") or {}).get("bleu_by_source_length", []):
+            by_model.setdefault(r["model"], {}).setdefault(b["source_tokens"], []).append(b["bleu"])
+    if "attention" not in by_model or len(by_model) < 2:
+        return "No data: needs translation runs of attention and an RNN (BLEU by source length)."
+    longest = list(by_model["attention"])[-1]
+    attn = sum(by_model["attention"][longest]) / len(by_model["attention"][longest])
+    others = {
+        m: sum(v[longest]) / len(v[longest]) for m, v in by_model.items() if m != "attention" and longest in v
+    }
+    if not others:
+        return "No data for the longest bucket."
+    best_model, best = max(others.items(), key=lambda kv: kv[1])
+    word = "Supported" if attn > best else "Not supported"
+    return (
+        f"{word} on the longest source bucket ({longest} tokens): attention BLEU {attn:.3g} vs best RNN "
+        f"{best_model} {best:.3g} (means over seeds; per-bucket CIs not computed, so treat as indicative)."
+    )
+
+
+# ---------------------------------------------------------------- writing
+def build(results_dir: str | Path) -> list[Section]:
+    results_dir = Path(results_dir)
+    frame = load(results_dir)
+    records = [read_record(p) for p in sorted(results_dir.glob(f"runs/*/{RECORD}"))]
+    agg = aggregate(frame)
+    return [
+        results_section(frame, agg),
+        tradeoff_section(agg),
+        scaling_section(results_dir),
+        length_section(records),
+        heads_section(agg),
+        attention_section(records),
+        claims_section(frame, agg, records, results_dir),
+    ]
+
+
+def to_markdown(sections: list[Section], image_dir: str = "report_files") -> tuple[str, dict[str, bytes]]:
+    lines = ["# mha-bench report", ""]
+    images: dict[str, bytes] = {}
+    for s in sections:
+        lines += [f"## {s.title}", ""]
+        for block in s.markdown:
+            lines += [block, ""]
+        for i, (caption, png) in enumerate(s.figures):
+            name = f"{image_dir}/{s.key}-{i}.png"
+            images[name] = png
+            lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]
+    return "\n".join(lines), images
+
+
+def to_html(sections: list[Section]) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>mha-bench report</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "font-size:13px}img{max-width:100%}figcaption{font-size:13px;color:#444}</style>",
+        "</head><body>",
+        "<h1>mha-bench report</h1>",
+        "<nav><ul>",
+    ]
+    parts += [f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in sections]
+    parts.append("</ul></nav>")
+    for s in sections:
+        parts.append(f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2>')
+        parts += s.html
+        for caption, png in s.figures:
+            data = base64.b64encode(png).decode()
+            parts.append(
+                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            )
+        parts.append("</section>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(results_dir: str | Path) -> list[Path]:
+    results_dir = Path(results_dir)
+    sections = build(results_dir)
+    markdown, images = to_markdown(sections)
+    for name, png in images.items():
+        atomic_write(results_dir / name, lambda f, data=png: f.write(data))
+    return [
+        atomic_write_text(results_dir / "report.md", markdown),
+        atomic_write_text(results_dir / "report.html", to_html(sections)),
+    ]
