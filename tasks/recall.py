@@ -1,0 +1,95 @@
+"""A synthetic long-range task: recall the first token of a noisy sequence.
+
+Each sequence holds ``seq_len`` tokens; the first is the class (one of ``num_classes``), the
+rest are random distractors. The answer therefore sits ``seq_len - 1`` steps before the end:
+the dependency distance grows with the length. An RNN must carry it through every step; an
+attention model can look it up directly. Sweeping ``task.seq_len`` measures accuracy,
+tokens/s and activation memory against sequence length on the same engine and budget.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from torch.utils.data import TensorDataset
+
+from bench.errors import BenchError
+from bench.task import ClassificationTask, Splits
+from models.rnn import RNNClassifier
+from models.transformer import TransformerEncoder
+
+
+class TokenTransformerClassifier(nn.Module):
+    """Token embedding, cls token, the shared encoder, cls-token head."""
+
+    def __init__(self, vocab_size: int, num_classes: int, max_len: int, dim: int, depth: int,
+                 num_heads: int, mlp_ratio: float, dropout: float, attn_dropout: float,
+                 pos_encoding: str) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
+                                          pos_encoding, max_len + 1)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens)  # (B, L, dim)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, L + 1, dim)
+        return self.head(self.encoder(x)[:, 0])
+
+
+class TokenRNNClassifier(RNNClassifier):
+    """Token embedding, then the shared RNN classifier."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, *args, **kwargs) -> None:
+        super().__init__(embed_dim, *args, **kwargs)
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return super().forward(self.embed(tokens))
+
+
+class RecallTask(ClassificationTask):
+    def __init__(self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
+                 seq_len: int = 64, num_classes: int = 8, vocab_size: int = 32,
+                 sizes: dict | None = None, data_seed: int = 0) -> None:
+        super().__init__(name, dataset, data_dir, cache_dir)
+        if dataset != "first_token":
+            raise BenchError(f"unknown recall dataset '{dataset}'; choose first_token")
+        if seq_len < 2:
+            raise BenchError(f"task.seq_len must be >= 2 (the answer and at least one distractor), got {seq_len}")
+        if not 2 <= num_classes <= vocab_size:
+            raise BenchError(f"task.num_classes must be in [2, vocab_size={vocab_size}], got {num_classes}")
+        self.seq_len, self.num_classes, self.vocab_size = seq_len, num_classes, vocab_size
+        self.sizes = dict(sizes or {"train": 4000, "val": 500, "test": 1000})
+        self.data_seed = data_seed
+
+    def load(self, seed: int) -> Splits:
+        g = torch.Generator().manual_seed(self.data_seed)
+        parts = {}
+        for split, n in self.sizes.items():
+            tokens = torch.randint(self.num_classes, self.vocab_size, (n, self.seq_len), generator=g)
+            labels = torch.randint(0, self.num_classes, (n,), generator=g)
+            tokens[:, 0] = labels  # class tokens appear only at the first position
+            parts[split] = TensorDataset(tokens, labels)
+        info = {"seq_len": self.seq_len, "dependency_distance": self.seq_len - 1,
+                "num_classes": self.num_classes, "vocab_size": self.vocab_size,
+                "sizes": {k: len(v) for k, v in parts.items()}, "chance": 1 / self.num_classes}
+        return Splits(parts["train"], parts["val"], parts["test"], info)
+
+    def model_builders(self):
+        return {"attention": self._transformer, "rnn": self._rnn}
+
+    def _transformer(self, m: DictConfig, splits: Splits) -> nn.Module:
+        return TokenTransformerClassifier(
+            self.vocab_size, self.num_classes, self.seq_len, m.dim, m.depth, m.num_heads,
+            m.mlp_ratio, m.dropout, m.attn_dropout, m.pos_encoding)
+
+    def _rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
+        return TokenRNNClassifier(
+            self.vocab_size, m.get("embed_dim") or m.dim, self.num_classes, m.dim, m.depth,
+            m.cell, m.bidirectional, m.dropout)
+
+    def model_notes(self, model_cfg: DictConfig) -> str:
+        return f"recall the first of {self.seq_len} tokens (dependency distance {self.seq_len - 1})"

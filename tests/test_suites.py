@@ -1,0 +1,89 @@
+"""Suites and claim experiments compose; an interrupted sweep resumes without duplicates."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from bench.cli import CONF_DIR, first_of_each_sweep
+from bench.record import config_hash, resolved_config
+from tests.conftest import ROOT, run_cli
+
+SUITES = sorted(p.stem for p in (Path(CONF_DIR) / "suite").glob("*.yaml") if p.stem != "none")
+CLAIMS = sorted(p.stem for p in (Path(CONF_DIR) / "claim").glob("*.yaml") if p.stem != "none")
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_job_of_every_suite_composes(suite):
+    cfg = _compose([f"suite={suite}"])
+    params = cfg.hydra.sweeper.params
+    assert params, f"suite {suite} sweeps nothing"
+    assert cfg.results_dir == f"results/{suite}"
+    # Compose each combination of the sweep, as the launcher will.
+    combos = [[]]
+    for key, values in params.items():
+        combos = [c + [f"{key}={v}"] for c in combos for v in str(values).split(",")]
+    hashes = set()
+    for combo in combos:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            job = compose("config", overrides=[f"suite={suite}", *combo])
+        assert job.model.name in ("attention", "lstm", "gru")
+        hashes.add((config_hash(resolved_config(job)), job.seed))
+    assert len(hashes) == len(combos)  # every job is a distinct experiment
+
+
+def test_quick_suite_uses_only_offline_datasets():
+    for task, dataset in (("image", "digits"), ("speech", "synth_digits"), ("translation", "numbers")):
+        assert _compose(["suite=quick", f"task={task}"]).task.dataset == dataset
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_claim_experiments_compose_with_a_variant_label(claim):
+    cfg = _compose([f"claim={claim}"])
+    assert cfg.variant and cfg.variant in claim
+    if claim.startswith("heads_"):
+        assert cfg.model.num_heads == int(claim.split("_")[1]) and cfg.model.dim == 64
+    else:
+        assert cfg.task.name == "recall" and cfg.task.seq_len == int(claim.split("_")[1])
+
+
+def test_first_of_each_sweep():
+    assert first_of_each_sweep(["model=attention,lstm", "seed=0"]) == ["model=attention", "seed=0"]
+
+
+def _records(root):
+    return [json.loads(p.read_text()) for p in root.glob("runs/*/record.json")]
+
+
+def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
+    args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
+            "trainer.epochs=2", "trainer.batch_size=32", "trainer.infer_iters=1",
+            "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not _records(tmp_path):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # as hard as a crash or a pulled plug
+    proc.wait()
+    before = {r["seed"]: r["run_dir"] for r in _records(tmp_path)}
+    assert 1 <= len(before) < 3
+    out = run_cli(*args)
+    assert out.returncode == 0, out.stderr
+    after = _records(tmp_path)
+    assert sorted(r["seed"] for r in after) == [0, 1, 2]  # each run recorded exactly once
+    assert all(r["status"] == "ok" for r in after)
+    for r in after:  # the finished runs were kept, not redone
+        if r["seed"] in before:
+            assert r["run_dir"] == before[r["seed"]]
