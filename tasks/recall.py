@@ -58,7 +58,7 @@ class RecallTask(ClassificationTask):
         if dataset != "first_token":
             raise BenchError(f"unknown recall dataset '{dataset}'; choose first_token")
         if seq_len < 2:
-            raise BenchError(f"task.seq_len must be >= 2 (the answer and at least one distractor), got {seq_len}")
+            raise BenchError(f"task.seq_len must be >= 2 (the answer and a distractor), got {seq_len}")
         if not 2 <= num_classes <= vocab_size:
             raise BenchError(f"task.num_classes must be in [2, vocab_size={vocab_size}], got {num_classes}")
         self.seq_len, self.num_classes, self.vocab_size = seq_len, num_classes, vocab_size
