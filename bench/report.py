@@ -277,7 +277,7 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
     )
     s.text("1. Several heads see more than one. " + _heads_verdict(agg))
     s.text("2. Attention is more parallel and faster than RNNs. " + _speed_verdict(agg, results_dir))
-    s.text("3. Attention handles long-range dependencies. " + _long_range_verdict(records))
+    s.text("3. Attention handles long-range dependencies. " + _long_range_verdict(agg, records))
     return s
 
 
@@ -305,9 +305,18 @@ def _heads_verdict(agg: pd.DataFrame) -> str:
     return "; ".join(verdicts) + "." if verdicts else "No data: the heads ablation has not been run."
 
 
+def _length_table(agg: pd.DataFrame) -> pd.DataFrame:
+    """The recall length sweep (variants ``length_L``), with tokens/s = samples/s x L."""
+    rows = agg[agg["variant"].astype(str).str.match(r"^length_\d+$")].copy()
+    rows["seq_len"] = rows["variant"].str.removeprefix("length_").astype(int)
+    rows["train_tokens_per_s"] = rows["train_samples_per_s"] * rows["seq_len"]
+    return rows
+
+
 def _speed_verdict(agg: pd.DataFrame, results_dir: Path) -> str:
     ratios, parts = [], []
-    for (task, dataset), group in agg.groupby(["task", "dataset"]):
+    default = agg[agg["variant"] == "default"]
+    for (task, dataset), group in default.groupby(["task", "dataset"]):
         attn = group[group["model"] == "attention"]
         rnns = group[group["model"] != "attention"]
         if attn.empty or rnns.empty:
@@ -319,6 +328,15 @@ def _speed_verdict(agg: pd.DataFrame, results_dir: Path) -> str:
             f"{task}/{dataset}: attention trains at {ratio:.2f}x the samples/s of the "
             f"fastest RNN ({fastest['model']})"
         )
+    lengths = _length_table(agg)
+    for seq_len, group in lengths.groupby("seq_len"):
+        attn = group[group["model"] == "attention"]
+        rnns = group[group["model"] != "attention"]
+        if attn.empty or rnns.empty:
+            continue
+        ratio = attn.iloc[0]["train_tokens_per_s"] / rnns["train_tokens_per_s"].max()
+        ratios.append(ratio)
+        parts.append(f"recall at {seq_len} tokens: {ratio:.2f}x the training tokens/s of the fastest RNN")
     if not parts:
         return "No data."
     if all(r > 1 for r in ratios):
@@ -330,7 +348,28 @@ def _speed_verdict(agg: pd.DataFrame, results_dir: Path) -> str:
     return f"{verdict}: " + "; ".join(parts) + " (throughput, one measurement per run: no CI)."
 
 
-def _long_range_verdict(records: list[dict]) -> str:
+def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
+    lengths = _length_table(agg)
+    if not lengths.empty:
+        longest = lengths["seq_len"].max()
+        group = lengths[lengths["seq_len"] == longest]
+        attn, rnns = group[group["model"] == "attention"], group[group["model"] != "attention"]
+        if not attn.empty and not rnns.empty:
+            a, best = attn.iloc[0], rnns.loc[rnns["mean"].idxmax()]
+            outcome = _compare(a["mean"], a["ci95"], best["mean"], best["ci95"])
+            if min(a["seeds"], best["seeds"]) < 2:
+                word = "Inconclusive (one seed)"
+            else:
+                word = {
+                    "higher": "Supported",
+                    "lower": "Not supported",
+                    "overlap": "Inconclusive at these CIs",
+                }[outcome]
+            return (
+                f"{word}: recalling a token {longest - 1} steps back, attention scores "
+                f"{a['mean']:.3g} ± {_fmt(a['ci95'], 2)} vs the best RNN ({best['model']}) "
+                f"{best['mean']:.3g} ± {_fmt(best['ci95'], 2)}."
+            )
     by_model: dict[str, dict[str, list[float]]] = {}
     for r in records:
         if r.get("status") != "ok":

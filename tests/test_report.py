@@ -1,0 +1,135 @@
+"""The report from a fixture results dir: every section, valid HTML, escaped dataset text,
+and (where Chromium is installed) every image and section shown in a real browser."""
+
+import json
+import shutil
+from pathlib import Path
+
+import html5lib
+import pytest
+import torch
+
+from bench.report import TITLES, write_report
+from tests.conftest import run_cli
+
+MALICIOUS = "<script>alert('x')</script>"
+
+
+def _record(root: Path, name: str, **fields) -> dict:
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    rec = {"task": "image", "dataset": "digits", "model": "attention", "variant": "default",
+           "seed": 0, "status": "ok", "metric_name": "accuracy", "test_metric": 0.9, "params": 1000,
+           "train_samples_per_s": 100.0, "infer_samples_per_s": 400.0, "flops_per_sample": 2e6,
+           "config_hash": "h", "run_dir": str(run), "run_id": name,
+           "environment": {"device": "cpu", "device_name": "Test CPU"}}
+    rec.update(fields)
+    (run / "record.json").write_text(json.dumps(rec))
+    return rec
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results"
+    for seed in range(3):
+        for model, acc, speed in (("attention", 0.95, 100.0), ("lstm", 0.90, 300.0), ("gru", 0.91, 250.0)):
+            _record(root, f"img-{model}-{seed}", model=model, seed=seed, test_metric=acc + 0.01 * seed,
+                    train_samples_per_s=speed)
+        for heads, acc in ((1, 0.80), (2, 0.86), (4, 0.88), (8, 0.87)):
+            _record(root, f"heads{heads}-{seed}", variant=f"heads_{heads}", seed=seed,
+                    test_metric=acc + 0.002 * seed)
+        for model, base in (("attention", 30.0), ("gru", 20.0)):
+            drop = 0 if model == "attention" else 4
+            buckets = [{"source_tokens": b, "sentences": 10, "bleu": base - i * drop}
+                       for i, b in enumerate(["1-12", "13-18", "19-25", "26+"])]
+            _record(root, f"tr-{model}-{seed}", task="translation", dataset="multi30k", model=model,
+                    seed=seed, metric_name="bleu", test_metric=base + seed,
+                    train_samples_per_s=50.0 if model == "attention" else 80.0,
+                    test_details={"bleu_by_source_length": buckets,
+                                  "samples": [{"source": MALICIOUS, "reference": "r", "hypothesis": "h"}]})
+        recall = ((16, {"attention": 0.99, "lstm": 0.98}), (256, {"attention": 0.97, "lstm": 0.2}))
+        for length, scores in recall:
+            for model, acc in scores.items():
+                _record(root, f"len{length}-{model}-{seed}", task="recall", dataset="first_token",
+                        model=model, variant=f"length_{length}", seed=seed, test_metric=acc + 0.001 * seed,
+                        train_samples_per_s=1000.0 / length if model == "attention" else 200.0)
+    _record(root, "failed-run", model="gru", seed=9, status="failed", test_metric=None, error=MALICIOUS)
+    grid = _record(root, "with-map", seed=5, attention_example="attention.pt")
+    torch.save({"kind": "patch_grid", "input": torch.rand(1, 8, 8), "label": 3,
+                "heads": torch.rand(4, 4, 4)}, Path(grid["run_dir"]) / "attention.pt")
+    cross = _record(root, "with-cross", task="translation", dataset="multi30k", seed=6,
+                    metric_name="bleu", test_metric=31.0, attention_example="attention.pt")
+    torch.save({"kind": "cross", "heads": torch.rand(2, 3, 4).softmax(-1),
+                "source_tokens": ["▁ein", "▁Hund", MALICIOUS, "."], "target_tokens": ["<s>", "▁a", "▁dog"]},
+               Path(cross["run_dir"]) / "attention.pt")
+    (root / "speed.csv").write_text(
+        "model,seq_len,tokens_per_s,peak_memory_mb\n"
+        "attention,128,50000,10\nattention,1024,40000,80\nlstm,128,20000,5\nlstm,1024,19000,9\n")
+    return root
+
+
+def test_report_has_every_section_and_valid_html(results):
+    md_path, html_path = write_report(results)
+    markdown, page = md_path.read_text(), html_path.read_text()
+    for title in TITLES.values():
+        assert f"## {title}" in markdown
+    for key in TITLES:
+        assert f'<section id="{key}">' in page
+    html5lib.HTMLParser(strict=True).parse(page)  # raises on any parse error
+    assert MALICIOUS not in page and "&lt;script&gt;" in page  # dataset text is escaped
+    assert page.count("data:image/png;base64,") >= 5  # self-contained: images embedded
+    assert "src=\"report_files" not in page
+    for image in (results / "report_files").glob("*.png"):
+        assert image.stat().st_size > 1000
+    assert "No heads ablation" not in markdown and "No speed table" not in markdown
+
+
+def test_claims_verdicts_follow_the_data(results):
+    markdown = write_report(results)[0].read_text()
+    claims = markdown.split("## The article's claims against the data")[1]
+    assert "Measured on: Test CPU" in claims
+    assert "1. Several heads see more than one. image/digits: supported" in claims
+    assert "2. Attention is more parallel and faster than RNNs. Not supported on this hardware" in claims
+    assert "recall at 256 tokens" in claims
+    assert ("3. Attention handles long-range dependencies. "
+            "Supported: recalling a token 255 steps back") in claims
+
+
+def test_report_command(results):
+    out = run_cli("report", str(results))
+    assert out.returncode == 0 and "report.html" in out.stdout
+    empty = run_cli("report", str(results.parent / "nothing"))
+    assert empty.returncode == 1 and "no run records" in empty.stderr
+
+
+def _chromium():
+    return shutil.which("chromium") and shutil.which("chromedriver")
+
+
+@pytest.mark.skipif(not _chromium(), reason="Debian's chromium and chromium-driver are not installed")
+def test_report_renders_in_headless_chromium(results, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    html_path = write_report(results)[1]
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                 f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        driver.set_window_size(1200, 900)
+        driver.get(html_path.resolve().as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth]);")
+        assert len(images) >= 5
+        assert all(done and width > 0 for done, width in images), images
+        for key, title in TITLES.items():
+            section = driver.find_element("id", key)
+            assert section.is_displayed()
+            assert title in section.text
+        assert driver.execute_script("return document.querySelectorAll('script').length") == 0
+    finally:
+        driver.quit()
