@@ -87,3 +87,15 @@ def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
     for r in after:  # the finished runs were kept, not redone
         if r["seed"] in before:
             assert r["run_dir"] == before[r["seed"]]
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+                                      ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"]])
+def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
+    out = run_cli("run", "-m", *launcher, "task=image", "task.dataset=digits", "model=gru,lstm",
+                  "seed=0,1", "trainer.max_steps=2", "trainer.infer_iters=1",
+                  "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}", timeout=600)
+    assert out.returncode == 0, out.stderr
+    recs = _records(tmp_path)
+    assert sorted((r["model"], r["seed"]) for r in recs) == [("gru", 0), ("gru", 1), ("lstm", 0), ("lstm", 1)]
+    assert len({r["run_dir"] for r in recs}) == 4 and all(r["status"] == "ok" for r in recs)
