@@ -77,6 +77,8 @@ def fit(
         optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
     )
 
+    first = task.to_device(next(iter(train_loader)), device)
+    activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
     measure.reset_peak_memory(device)
     history: list[dict[str, float]] = []
     best_val, best_epoch, step = None, 0, 0
@@ -157,6 +159,8 @@ def fit(
         "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
         "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
         "flops_per_sample": measure.flops_per_sample(model, example),
+        "train_activation_mb": activation_mb,
+        "train_activation_batch": first[-1].shape[0],
         "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
     }
     attention = task.attention_example(model, splits, device)

@@ -113,3 +113,23 @@ def peak_memory_mb(device: torch.device) -> dict[str, float | str]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rss_bytes = rss if sys.platform == "darwin" else rss * 1024
     return {"peak_memory_mb": rss_bytes / 2**20, "peak_memory_kind": "process_peak_rss"}
+
+
+def activation_memory_mb(loss_fn: Callable[[], torch.Tensor]) -> float:
+    """MiB of tensors autograd saves for backward during one training forward pass.
+
+    Unlike the process' peak RSS, this is the model's own memory cost per batch: the same on
+    every machine and independent of earlier runs in the process. Storage shared by several
+    saved tensors is counted once.
+    """
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn()
+    del loss
+    return sum(seen.values()) / 2**20

@@ -127,27 +127,50 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
     return s
 
 
-def scaling_section(results_dir: Path) -> Section:
+def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
     s = Section("scaling", TITLES["scaling"])
+    lengths = _length_table(agg)
     path = results_dir / "speed.csv"
-    if not path.is_file():
-        s.text("No speed table: run `mhab speed` (it writes speed.csv here).")
+    if lengths.empty and not path.is_file():
+        s.text("No data: run `mhab run -m suite=claims` (recall over 16..1024 tokens) or `mhab speed`.")
         return s
-    speed = pd.read_csv(path)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for name, group in speed.groupby("model"):
-        group = group.sort_values("seq_len")
-        ax1.plot(group["seq_len"], group["tokens_per_s"], marker="o", label=name)
-        ax2.plot(group["seq_len"], group["peak_memory_mb"], marker="o", label=name)
-    for ax, label in ((ax1, "tokens/s"), (ax2, "peak memory (MiB)")):
+    if not lengths.empty:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+        for model, group in lengths.groupby("model"):
+            group = group.sort_values("seq_len")
+            ax1.plot(group["seq_len"], group["train_tokens_per_s"], marker="o", label=model)
+            ax2.plot(group["seq_len"], group["train_activation_mb"], marker="o", label=model)
+        _log_axes((ax1, "training tokens/s"), (ax2, "activation memory per batch (MiB)"))
+        s.figure(
+            "Recall task: training tokens/s and autograd activation memory per batch against "
+            "sequence length (same batch size and parameter budget for every model).",
+            fig,
+        )
+        s.table(
+            lengths[["model", "seq_len", "train_tokens_per_s", "train_activation_mb", "mean", "ci95"]]
+            .rename(columns={"mean": "test accuracy"})
+            .sort_values(["model", "seq_len"])
+        )
+    if path.is_file():
+        speed = pd.read_csv(path)
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+        for name, group in speed.groupby("model"):
+            group = group.sort_values("seq_len")
+            ax1.plot(group["seq_len"], group["tokens_per_s"], marker="o", label=name)
+            ax2.plot(group["seq_len"], group["peak_memory_mb"], marker="o", label=name)
+        _log_axes((ax1, "tokens/s"), (ax2, "peak memory (MiB)"))
+        s.figure("Speed benchmark: tokens/s and memory against sequence length.", fig)
+        s.table(speed)
+    return s
+
+
+def _log_axes(*axes_labels) -> None:
+    for ax, label in axes_labels:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-    s.figure("Tokens/s and memory against sequence length.", fig)
-    s.table(speed)
-    return s
 
 
 def length_section(records: list[dict]) -> Section:
@@ -402,7 +425,7 @@ def build(results_dir: str | Path) -> list[Section]:
     return [
         results_section(frame, agg),
         tradeoff_section(agg),
-        scaling_section(results_dir),
+        scaling_section(results_dir, agg),
         length_section(records),
         heads_section(agg),
         attention_section(records),

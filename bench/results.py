@@ -16,7 +16,7 @@ from bench.record import RECORD, read_record
 COLUMNS = [
     "task", "dataset", "model", "model_family", "variant", "seed", "status", "metric_name",
     "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
-    "infer_latency_ms_median", "flops_per_sample", "peak_memory_mb", "epochs_run",
+    "infer_latency_ms_median", "flops_per_sample", "train_activation_mb", "peak_memory_mb", "epochs_run",
     "wall_time_s", "device", "device_name", "config_hash", "run_id", "error",
 ]
 GROUP = ["task", "dataset", "model", "variant"]
@@ -73,6 +73,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         flops_per_sample=("flops_per_sample", "mean"),
         train_samples_per_s=("train_samples_per_s", "mean"),
         infer_samples_per_s=("infer_samples_per_s", "mean"),
+        train_activation_mb=("train_activation_mb", "mean"),
         peak_memory_mb=("peak_memory_mb", "max"),
         wall_time_s=("wall_time_s", "mean"),
     ).reset_index()

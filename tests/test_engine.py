@@ -139,3 +139,21 @@ def test_atomic_write_keeps_old_content_on_failure(tmp_path):
         atomic_write(target, failing)
     assert json.loads(target.read_text()) == {"ok": 1}
     assert list(tmp_path.iterdir()) == [target]  # no temp file left behind
+
+
+def test_activation_memory_counts_saved_tensors_and_grows_with_length():
+    from models.attention import MultiHeadAttention
+
+    core = MultiHeadAttention(32, 4)
+
+    def mb(length):
+        x = torch.randn(8, length, 32, requires_grad=True)
+        return measure.activation_memory_mb(lambda: core(x, need_weights=True)[0].sum())
+
+    short, long = mb(16), mb(64)
+    assert short > 0
+    # The explicit path keeps (B, H, L, L) weights: 4x the length, far more than 4x the memory.
+    assert long > 4 * short
+    linear = nn.Linear(1000, 10)
+    x = torch.randn(256, 1000)
+    assert measure.activation_memory_mb(lambda: linear(x).sum()) == pytest.approx(256 * 1000 * 4 / 2**20)

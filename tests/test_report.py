@@ -52,7 +52,8 @@ def results(tmp_path):
             for model, acc in scores.items():
                 _record(root, f"len{length}-{model}-{seed}", task="recall", dataset="first_token",
                         model=model, variant=f"length_{length}", seed=seed, test_metric=acc + 0.001 * seed,
-                        train_samples_per_s=1000.0 / length if model == "attention" else 200.0)
+                        train_samples_per_s=1000.0 / length if model == "attention" else 200.0,
+                        train_activation_mb=length * (0.5 if model == "attention" else 0.1))
     _record(root, "failed-run", model="gru", seed=9, status="failed", test_metric=None, error=MALICIOUS)
     grid = _record(root, "with-map", seed=5, attention_example="attention.pt")
     torch.save({"kind": "patch_grid", "input": torch.rand(1, 8, 8), "label": 3,
