@@ -140,13 +140,16 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
         results = engine.fit(
             task, model, splits, cfg.trainer, device, run_dir, cfg.seed, show_progress(cfg.progress)
         )
-    except (Exception, KeyboardInterrupt) as e:
+    except KeyboardInterrupt:
+        # Ctrl-C: say so in this run's record (a rerun retries it) and stop the sweep.
+        record.write_record(run_dir, {**base, "status": "interrupted", "error": "interrupted (Ctrl-C)",
+                                      "wall_time_s": time.time() - started})
+        raise
+    except Exception as e:
         reason = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
         rec = {**base, "status": "failed", "error": reason,
                "traceback": traceback.format_exc(), "wall_time_s": time.time() - started}
         record.write_record(run_dir, rec)
-        if isinstance(e, KeyboardInterrupt):
-            raise
         raise RunFailed(f"run {run_dir.name} failed: {reason}") from e
     rec = {**base, "status": "ok", **results, "wall_time_s": time.time() - started}
     record.write_record(run_dir, rec)
