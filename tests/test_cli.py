@@ -163,3 +163,12 @@ def test_corrupt_wav_is_named(tmp_path):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert "4_amy_7.wav" in out.stderr and "corrupt" in out.stderr
+
+
+def test_console_script_is_installed():
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "mhab"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "report" in out.stdout

@@ -99,3 +99,28 @@ def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
     recs = _records(tmp_path)
     assert sorted((r["model"], r["seed"]) for r in recs) == [("gru", 0), ("gru", 1), ("lstm", 0), ("lstm", 1)]
     assert len({r["run_dir"] for r in recs}) == 4 and all(r["status"] == "ok" for r in recs)
+
+
+def _in_progress(root):
+    return [p for p in root.glob("runs/*/best.pt") if not (p.parent / "record.json").exists()]
+
+
+def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
+    args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
+            "trainer.epochs=5", "trainer.batch_size=16", "trainer.infer_iters=1",
+            "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (_records(tmp_path) and _in_progress(tmp_path)):
+        time.sleep(0.1)
+    finished = _records(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    after = {r["run_dir"]: r for r in _records(tmp_path)}
+    for rec in finished:  # finished runs are untouched
+        assert after[rec["run_dir"]] == rec and rec["status"] == "ok"
+    assert [r["status"] for r in after.values()].count("interrupted") == 1
