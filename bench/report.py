@@ -135,12 +135,11 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
         s.text("No data: run `mhab run -m suite=claims` (recall over 16..1024 tokens) or `mhab speed`.")
         return s
     if not lengths.empty:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-        for model, group in lengths.groupby("model"):
-            group = group.sort_values("seq_len")
-            ax1.plot(group["seq_len"], group["train_tokens_per_s"], marker="o", label=model)
-            ax2.plot(group["seq_len"], group["train_activation_mb"], marker="o", label=model)
-        _log_axes((ax1, "training tokens/s"), (ax2, "activation memory per batch (MiB)"))
+        fig = _against_length(
+            lengths,
+            ("train_tokens_per_s", "training tokens/s"),
+            ("train_activation_mb", "activation memory per batch (MiB)"),
+        )
         s.figure(
             "Recall task: training tokens/s and autograd activation memory per batch against "
             "sequence length (same batch size and parameter budget for every model).",
@@ -153,24 +152,25 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
         )
     if path.is_file():
         speed = pd.read_csv(path)
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-        for name, group in speed.groupby("model"):
-            group = group.sort_values("seq_len")
-            ax1.plot(group["seq_len"], group["tokens_per_s"], marker="o", label=name)
-            ax2.plot(group["seq_len"], group["peak_memory_mb"], marker="o", label=name)
-        _log_axes((ax1, "tokens/s"), (ax2, "peak memory (MiB)"))
+        fig = _against_length(speed, ("tokens_per_s", "tokens/s"), ("peak_memory_mb", "peak memory (MiB)"))
         s.figure("Speed benchmark: tokens/s and memory against sequence length.", fig)
         s.table(speed)
     return s
 
 
-def _log_axes(*axes_labels) -> None:
-    for ax, label in axes_labels:
+def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
+    """One log-log panel per (column, label), a line per model, against ``seq_len``."""
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.5 * len(columns), 3.4))
+    for ax, (column, label) in zip(axes, columns, strict=True):
+        for model, group in frame.groupby("model"):
+            group = group.sort_values("seq_len")
+            ax.plot(group["seq_len"], group[column], marker="o", label=model)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
+    return fig
 
 
 def length_section(records: list[dict]) -> Section:
