@@ -32,14 +32,14 @@ def test_run_help_lists_groups_and_choices():
     out = run_cli("run", "--help")
     assert out.returncode == 0
     assert "model: attention, gru, lstm" in out.stdout
-    assert "task: image, speech, translation" in out.stdout
+    assert "task: image, recall, speech, translation" in out.stdout
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
         ("model.foo=1", "unknown config key 'model.foo'"),
-        ("task=video", "unknown task 'video'; choose one of: image, speech, translation"),
+        ("task=video", "unknown task 'video'; choose one of: image, recall, speech, translation"),
         ("model=transformer", "unknown model 'transformer'; choose one of: attention, gru, lstm"),
         ("task.dataset=cifar", "unknown image dataset 'cifar'"),
         ("model.num_heads=3", "model.num_heads=3 does not divide model.dim=64"),
