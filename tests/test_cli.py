@@ -138,7 +138,11 @@ def test_sweep_records_every_run_and_table_prints_them(tmp_path):
     assert hashes[("gru", 0)] == hashes[("gru", 1)] != hashes[("attention", 0)]
     table = run_cli("table", str(tmp_path))
     assert table.returncode == 0
-    assert table.stdout.count("digits") == 4
+    runs_part, aggregate_part = table.stdout.split("\n\n")[:2]
+    assert runs_part.count("digits") == 4 and aggregate_part.count("digits") == 2  # 4 runs, 2 models
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 4
 
 
 def test_same_seed_gives_the_same_result(tmp_path):
