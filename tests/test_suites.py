@@ -109,9 +109,12 @@ def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
     args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
             "trainer.epochs=30", "trainer.batch_size=16", "trainer.infer_iters=1",
             "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}"]
+    # A shell without job control starts background jobs with SIGINT ignored, and Python
+    # keeps an ignored SIGINT: restore the default so the child sees Ctrl-C as a user would.
     proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while time.time() < deadline and not _records(tmp_path):
         time.sleep(0.1)
