@@ -401,6 +401,9 @@ def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
             by_model.setdefault(r["model"], {}).setdefault(b["source_tokens"], []).append(b["bleu"])
     if "attention" not in by_model or len(by_model) < 2:
         return "No data: needs translation runs of attention and an RNN (BLEU by source length)."
+    if len(by_model["attention"]) < 2:  # one bucket says nothing about length
+        return ("No data: all test sources fall in one length bucket; run the recall length sweep "
+                "(`mhab run -m suite=claims`) or translate longer text.")
     longest = list(by_model["attention"])[-1]
     attn = sum(by_model["attention"][longest]) / len(by_model["attention"][longest])
     others = {

@@ -134,3 +134,12 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
         assert driver.execute_script("return document.querySelectorAll('script').length") == 0
     finally:
         driver.quit()
+
+
+def test_one_length_bucket_is_no_evidence(tmp_path):
+    for model, bleu in (("attention", 90.0), ("gru", 50.0)):
+        bucket = {"source_tokens": "1-12", "sentences": 5, "bleu": bleu}
+        _record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
+                metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
+    claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
+    assert "3. Attention handles long-range dependencies. No data: all test sources fall in one" in claims
