@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -25,3 +26,22 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
         [sys.executable, "-m", "bench", *args], cwd=cwd or ROOT, env=full_env,
         capture_output=True, text=True, timeout=timeout,
     )
+
+
+def write_record(root: Path, name: str, **fields) -> dict:
+    """A run record as the engine writes it, with test defaults overridden by ``fields``."""
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    rec = {"task": "image", "dataset": "digits", "model": "attention", "variant": "default",
+           "seed": 0, "status": "ok", "metric_name": "accuracy", "test_metric": 0.9, "params": 1000,
+           "train_samples_per_s": 100.0, "infer_samples_per_s": 400.0, "flops_per_sample": 2e6,
+           "config_hash": "h", "run_dir": str(run), "run_id": name,
+           "environment": {"device": "cpu", "device_name": "Test CPU"}}
+    rec.update(fields)
+    (run / "record.json").write_text(json.dumps(rec))
+    return rec
+
+
+def read_records(results: Path) -> list[dict]:
+    """Every run record under ``results/runs``."""
+    return [json.loads(p.read_text()) for p in sorted(results.glob("runs/*/record.json"))]

@@ -1,12 +1,11 @@
 """The command line as a user types it: help, one-line errors, tiny runs writing records."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.conftest import read_records, run_cli
 
 BUDGET = ["trainer.max_steps=6", "trainer.batch_size=32", "trainer.infer_iters=2",
           "trainer.timing_warmup_steps=1"]
@@ -71,8 +70,6 @@ def test_missing_data_root_is_explained(tmp_path):
     assert "set BENCH_DATA_DIR or pass data_dir=PATH" in out.stderr
 
 
-def _records(results: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(results.glob("runs/*/record.json"))]
 
 
 @pytest.mark.parametrize("task", list(TINY_TASKS))
@@ -81,7 +78,7 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
     out = run_cli("run", *TINY_TASKS[task], f"model={model}", "seed=7", f"results_dir={tmp_path}",
                   f"cache_dir={tmp_path / 'cache'}")
     assert out.returncode == 0, out.stderr
-    (rec,) = _records(tmp_path)
+    (rec,) = read_records(tmp_path)
     assert rec["status"] == "ok" and rec["model"] == model and rec["seed"] == 7
     assert rec["task"] == task and rec["dataset"] == TINY_TASKS[task][1].split("=")[1]
     assert 0.0 <= rec["test_metric"] <= (100.0 if task == "translation" else 1.0)
@@ -120,7 +117,7 @@ def test_rnn_with_additive_attention_is_labelled(tmp_path):
     out = run_cli("run", *TINY_TASKS["translation"], "model=gru", "model.additive_attention=true",
                   f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}")
     assert out.returncode == 0, out.stderr
-    (rec,) = _records(tmp_path)
+    (rec,) = read_records(tmp_path)
     assert rec["model"] == "gru+additive_attn"
     assert "additive (Bahdanau) attention" in rec["model_notes"]
     assert "not the multi-head dot-product core" in rec["model_notes"]
@@ -129,7 +126,7 @@ def test_rnn_with_additive_attention_is_labelled(tmp_path):
 def test_sweep_records_every_run_and_table_prints_them(tmp_path):
     out = run_cli("run", "-m", *TINY, "model=attention,gru", "seed=0,1", f"results_dir={tmp_path}")
     assert out.returncode == 0, out.stderr
-    recs = _records(tmp_path)
+    recs = read_records(tmp_path)
     assert sorted((r["model"], r["seed"]) for r in recs) == [
         ("attention", 0), ("attention", 1), ("gru", 0), ("gru", 1)]
     assert len({r["run_dir"] for r in recs}) == 4
@@ -149,7 +146,7 @@ def test_same_seed_gives_the_same_result(tmp_path):
     for sub in ("a", "b"):
         out = run_cli("run", *TINY, "model=gru", f"results_dir={tmp_path / sub}")
         assert out.returncode == 0, out.stderr
-    (a,), (b,) = _records(tmp_path / "a"), _records(tmp_path / "b")
+    (a,), (b,) = read_records(tmp_path / "a"), read_records(tmp_path / "b")
     assert a["test_metric"] == b["test_metric"] and a["test_loss"] == b["test_loss"]
 
 

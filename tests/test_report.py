@@ -1,7 +1,6 @@
 """The report from a fixture results dir: every section, valid HTML, escaped dataset text,
 and (where Chromium is installed) every image and section shown in a real browser."""
 
-import json
 import shutil
 from pathlib import Path
 
@@ -10,22 +9,11 @@ import pytest
 import torch
 
 from bench.report import TITLES, write_report
-from tests.conftest import run_cli
+from tests.conftest import run_cli, write_record
 
 MALICIOUS = "<script>alert('x')</script>"
 
 
-def _record(root: Path, name: str, **fields) -> dict:
-    run = root / "runs" / name
-    run.mkdir(parents=True)
-    rec = {"task": "image", "dataset": "digits", "model": "attention", "variant": "default",
-           "seed": 0, "status": "ok", "metric_name": "accuracy", "test_metric": 0.9, "params": 1000,
-           "train_samples_per_s": 100.0, "infer_samples_per_s": 400.0, "flops_per_sample": 2e6,
-           "config_hash": "h", "run_dir": str(run), "run_id": name,
-           "environment": {"device": "cpu", "device_name": "Test CPU"}}
-    rec.update(fields)
-    (run / "record.json").write_text(json.dumps(rec))
-    return rec
 
 
 @pytest.fixture
@@ -33,16 +21,16 @@ def results(tmp_path):
     root = tmp_path / "results"
     for seed in range(3):
         for model, acc, speed in (("attention", 0.95, 100.0), ("lstm", 0.90, 300.0), ("gru", 0.91, 250.0)):
-            _record(root, f"img-{model}-{seed}", model=model, seed=seed, test_metric=acc + 0.01 * seed,
+            write_record(root, f"img-{model}-{seed}", model=model, seed=seed, test_metric=acc + 0.01 * seed,
                     train_samples_per_s=speed)
         for heads, acc in ((1, 0.80), (2, 0.86), (4, 0.88), (8, 0.87)):
-            _record(root, f"heads{heads}-{seed}", variant=f"heads_{heads}", seed=seed,
+            write_record(root, f"heads{heads}-{seed}", variant=f"heads_{heads}", seed=seed,
                     test_metric=acc + 0.002 * seed)
         for model, base in (("attention", 30.0), ("gru", 20.0)):
             drop = 0 if model == "attention" else 4
             buckets = [{"source_tokens": b, "sentences": 10, "bleu": base - i * drop}
                        for i, b in enumerate(["1-12", "13-18", "19-25", "26+"])]
-            _record(root, f"tr-{model}-{seed}", task="translation", dataset="multi30k", model=model,
+            write_record(root, f"tr-{model}-{seed}", task="translation", dataset="multi30k", model=model,
                     seed=seed, metric_name="bleu", test_metric=base + seed,
                     train_samples_per_s=50.0 if model == "attention" else 80.0,
                     test_details={"bleu_by_source_length": buckets,
@@ -50,15 +38,15 @@ def results(tmp_path):
         recall = ((16, {"attention": 0.99, "lstm": 0.98}), (256, {"attention": 0.97, "lstm": 0.2}))
         for length, scores in recall:
             for model, acc in scores.items():
-                _record(root, f"len{length}-{model}-{seed}", task="recall", dataset="first_token",
+                write_record(root, f"len{length}-{model}-{seed}", task="recall", dataset="first_token",
                         model=model, variant=f"length_{length}", seed=seed, test_metric=acc + 0.001 * seed,
                         train_samples_per_s=1000.0 / length if model == "attention" else 200.0,
                         train_activation_mb=length * (0.5 if model == "attention" else 0.1))
-    _record(root, "failed-run", model="gru", seed=9, status="failed", test_metric=None, error=MALICIOUS)
-    grid = _record(root, "with-map", seed=5, attention_example="attention.pt")
+    write_record(root, "failed-run", model="gru", seed=9, status="failed", test_metric=None, error=MALICIOUS)
+    grid = write_record(root, "with-map", seed=5, attention_example="attention.pt")
     torch.save({"kind": "patch_grid", "input": torch.rand(1, 8, 8), "label": 3,
                 "heads": torch.rand(4, 4, 4)}, Path(grid["run_dir"]) / "attention.pt")
-    cross = _record(root, "with-cross", task="translation", dataset="multi30k", seed=6,
+    cross = write_record(root, "with-cross", task="translation", dataset="multi30k", seed=6,
                     metric_name="bleu", test_metric=31.0, attention_example="attention.pt")
     torch.save({"kind": "cross", "heads": torch.rand(2, 3, 4).softmax(-1),
                 "source_tokens": ["▁ein", "▁Hund", MALICIOUS, "."], "target_tokens": ["<s>", "▁a", "▁dog"]},
@@ -139,7 +127,7 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
 def test_one_length_bucket_is_no_evidence(tmp_path):
     for model, bleu in (("attention", 90.0), ("gru", 50.0)):
         bucket = {"source_tokens": "1-12", "sentences": 5, "bleu": bleu}
-        _record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
+        write_record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
                 metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
     claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
     assert "3. Attention handles long-range dependencies. No data: all test sources fall in one" in claims

@@ -8,20 +8,14 @@ import pytest
 from scipy import stats
 
 from bench.results import COLUMNS, aggregate, confidence_interval, load, save
-from tests.conftest import run_cli
+from tests.conftest import run_cli, write_record
 
 TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=3", "trainer.batch_size=32",
         "trainer.infer_iters=1", "trainer.timing_warmup_steps=1", "model=gru"]
 
 
 def _fake_record(root, name, **fields):
-    run = root / "runs" / name
-    run.mkdir(parents=True)
-    base = {"task": "image", "dataset": "digits", "model": "gru", "variant": "default", "seed": 0,
-            "status": "ok", "metric_name": "accuracy", "test_metric": 0.9, "params": 100,
-            "train_samples_per_s": 10.0, "infer_samples_per_s": 20.0, "config_hash": "abc",
-            "environment": {"device": "cpu", "device_name": "x86"}}
-    (run / "record.json").write_text(json.dumps({**base, **fields}))
+    write_record(root, name, **{"model": "gru", **fields})
 
 
 def test_table_schema_and_files(tmp_path):

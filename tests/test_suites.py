@@ -1,6 +1,5 @@
 """Suites and claim experiments compose; an interrupted sweep resumes without duplicates."""
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from bench.cli import CONF_DIR, first_of_each_sweep
 from bench.record import config_hash, resolved_config
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, read_records, run_cli
 
 SUITES = sorted(p.stem for p in (Path(CONF_DIR) / "suite").glob("*.yaml") if p.stem != "none")
 CLAIMS = sorted(p.stem for p in (Path(CONF_DIR) / "claim").glob("*.yaml") if p.stem != "none")
@@ -62,8 +61,6 @@ def test_first_of_each_sweep():
     assert first_of_each_sweep(["model=attention,lstm", "seed=0"]) == ["model=attention", "seed=0"]
 
 
-def _records(root):
-    return [json.loads(p.read_text()) for p in root.glob("runs/*/record.json")]
 
 
 def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
@@ -73,15 +70,15 @@ def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
-    while time.time() < deadline and not _records(tmp_path):
+    while time.time() < deadline and not read_records(tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # as hard as a crash or a pulled plug
     proc.wait()
-    before = {r["seed"]: r["run_dir"] for r in _records(tmp_path)}
+    before = {r["seed"]: r["run_dir"] for r in read_records(tmp_path)}
     assert 1 <= len(before) < 3
     out = run_cli(*args)
     assert out.returncode == 0, out.stderr
-    after = _records(tmp_path)
+    after = read_records(tmp_path)
     assert sorted(r["seed"] for r in after) == [0, 1, 2]  # each run recorded exactly once
     assert all(r["status"] == "ok" for r in after)
     for r in after:  # the finished runs were kept, not redone
@@ -96,7 +93,7 @@ def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
                   "seed=0,1", "trainer.max_steps=2", "trainer.infer_iters=1",
                   "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}", timeout=600)
     assert out.returncode == 0, out.stderr
-    recs = _records(tmp_path)
+    recs = read_records(tmp_path)
     assert sorted((r["model"], r["seed"]) for r in recs) == [("gru", 0), ("gru", 1), ("lstm", 0), ("lstm", 1)]
     assert len({r["run_dir"] for r in recs}) == 4 and all(r["status"] == "ok" for r in recs)
 
@@ -116,15 +113,15 @@ def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
-    while time.time() < deadline and not _records(tmp_path):
+    while time.time() < deadline and not read_records(tmp_path):
         time.sleep(0.1)
     time.sleep(2)  # into the next run
-    finished = [r for r in _records(tmp_path) if r["status"] == "ok"]
+    finished = [r for r in read_records(tmp_path) if r["status"] == "ok"]
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
-    after = {r["run_dir"]: r for r in _records(tmp_path)}
+    after = {r["run_dir"]: r for r in read_records(tmp_path)}
     assert finished and len(finished) < 3
     for rec in finished:  # finished runs are untouched
         assert after[rec["run_dir"]] == rec
