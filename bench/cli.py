@@ -151,12 +151,57 @@ def report_command(args: list[str]) -> int:
     return 0
 
 
+def data_command(args: list[str]) -> int:
+    import os
+
+    parser = argparse.ArgumentParser(
+        prog="mhab data",
+        description="Verify the data root against the sha256 of every known dataset file, or "
+                    "download datasets into it from their canonical sources with verification.")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    names_help = "datasets: fashion-mnist, fsdd, multi30k, or all (default: all)"
+    check_p = sub.add_parser("check", help="verify every known file under the data root (sha256)")
+    check_p.add_argument("names", nargs="*", metavar="NAME", help=names_help)
+    down_p = sub.add_parser("download", help="fetch missing or corrupt files into the data root")
+    down_p.add_argument("names", nargs="+", metavar="NAME", help="datasets: fashion-mnist, fsdd, "
+                                                                  "multi30k, or all")
+    down_p.add_argument("--base-url", default=os.environ.get("BENCH_DATA_URL"),
+                        help="a mirror laid out like the data root (BASE/<dataset>/<file>); "
+                             "default: $BENCH_DATA_URL, else each dataset's canonical source")
+    for p in (check_p, down_p):
+        p.add_argument("--data-dir", default=os.environ.get("BENCH_DATA_DIR"),
+                       help="the data root (default: $BENCH_DATA_DIR)")
+    ns = parser.parse_args(args)
+    from bench import datasets
+
+    sources = datasets.resolve_names(ns.names)
+    data_dir = datasets.require_data_dir(ns.data_dir)
+    if ns.action == "download":
+        for source in sources:
+            fetched = datasets.download(data_dir, source, ns.base_url, progress=sys.stderr.isatty())
+            print(f"{source.folder}: {fetched} file(s) downloaded into {data_dir / source.folder}")
+    results = [datasets.check(data_dir, s, progress=sys.stderr.isatty()) for s in sources]
+    for result in results:
+        print(result.summary())
+    damaged = [r.source.folder for r in results if r.present and not r.healthy]
+    absent = [r.source.folder for r in results if not r.present]
+    if damaged:
+        error(f"damaged dataset(s): {', '.join(damaged)}; run 'mhab data download {damaged[0]}'")
+        return 1
+    if ns.names and ns.names != ["all"] and absent:
+        error(f"not present: {', '.join(absent)}; run 'mhab data download {absent[0]}'")
+        return 1
+    return 0
+
+
 COMMANDS = {
     "run": (run_command, "run one experiment, or a sweep with -m (Hydra overrides; "
                          "'mhab run --help' lists config groups)"),
     "table": (table_command, "all run records under a results dir as one table (saved as "
                              "parquet and CSV), with mean/std/95% CI over seeds"),
     "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
+    "data": (data_command, "'data check' verifies the data root (sha256); 'data download NAME' "
+                           "fetches a dataset into it"),
 }
 
 

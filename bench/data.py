@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -29,29 +30,59 @@ def require_files(root: Path, names: list[str], dataset: str) -> list[Path]:
     return paths
 
 
-def md5(path: Path) -> str:
-    digest = hashlib.md5()
+@dataclass(frozen=True)
+class DatasetSource:
+    """A dataset the project knows: its folder under the data root, where it is published,
+    and the sha256 of every file (``bench/checksums/<folder>.sha256``)."""
+
+    folder: str
+    task_dataset: str   # the name ``task.dataset`` uses
+    url: str            # canonical base; a file's URL is url + its path in the folder
+    description: str
+
+    def checksums(self) -> dict[str, str]:
+        text = (CHECKSUMS_DIR / f"{self.folder}.sha256").read_text()
+        return {name: digest for digest, name in (line.split() for line in text.splitlines() if line)}
+
+
+CHECKSUMS_DIR = Path(__file__).resolve().parent / "checksums"
+SOURCES = {
+    s.folder: s for s in (
+        DatasetSource(
+            "fashion-mnist", "fashion_mnist",
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            "Fashion-MNIST train and test sets, IDX (gzip), as Zalando publishes them"),
+        DatasetSource(
+            "fsdd", "fsdd",
+            "https://raw.githubusercontent.com/Jakobovski/free-spoken-digit-dataset/"
+            "26eb9aaf76e81b692f806f9140c2d2777410d7a1/",
+            "Free Spoken Digit Dataset v1.0.10, 3,000 wav files at 8 kHz"),
+        DatasetSource(
+            "multi30k", "multi30k",
+            "https://raw.githubusercontent.com/multi30k/dataset/"
+            "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/",
+            "Multi30k task 1 en-de raw text (gzip): train, val, test_2016_flickr"),
+    )
+}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def verify_md5sums(root: Path, names: list[str], dataset: str) -> None:
-    """Check files against the ``MD5SUMS`` that ships beside them, when there is one."""
-    sums_file = root / "MD5SUMS"
-    if not sums_file.is_file():
-        return
-    expected = {}
-    for line in sums_file.read_text().splitlines():
-        if line.strip():
-            digest, name = line.split(maxsplit=1)
-            expected[name.lstrip("*").removeprefix("./")] = digest
+def verify_files(root: Path, names: list[str], dataset: str) -> None:
+    """Check the files the project knows (by their path under ``root``) against their sha256;
+    files it does not know, such as another Multi30k language, are used as they are."""
+    known = SOURCES[root.name].checksums() if root.name in SOURCES else {}
     for name in names:
-        if name in expected and md5(root / name) != expected[name]:
+        if name in known and sha256(root / name) != known[name]:
             raise BenchError(
-                f"dataset '{dataset}': {root / name} is corrupt (MD5 mismatch with MD5SUMS); "
-                f"fetch that file again"
+                f"dataset '{dataset}': {root / name} is corrupt (sha256 mismatch); fetch it again "
+                f"with 'mhab data download {root.name}' or check all files with 'mhab data check'"
             )
 
 

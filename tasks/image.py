@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from bench.data import cache_path, data_root, require_files, verify_md5sums
+from bench.data import cache_path, data_root, require_files, verify_files
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
 from models.attention import MultiHeadAttention
@@ -135,7 +135,7 @@ class ImageTask(ClassificationTask):
 
         root = data_root(self.data_dir, self.dataset, "fashion-mnist")
         require_files(root, FASHION_MNIST_FILES, self.dataset)
-        verify_md5sums(root, FASHION_MNIST_FILES, self.dataset)
+        verify_files(root, FASHION_MNIST_FILES, self.dataset)
         # torchvision reads from <root>/FashionMNIST/raw and unpacks there; the data root is
         # read-only, so that folder lives in the cache and links to the verified archives.
         # With the archives present and their MD5s canonical, download=True only unpacks.

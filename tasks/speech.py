@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from bench.data import cache_path, data_root, verify_md5sums
+from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Batch, ClassificationTask, Splits
@@ -138,7 +138,7 @@ class SpeechTask(ClassificationTask):
     def compute_features(self) -> dict:
         if self.dataset == "fsdd":
             root = data_root(self.data_dir, self.dataset, "fsdd")
-            verify_md5sums(root, [f"recordings/{p.name}" for p in (root / "recordings").glob("*.wav")],
+            verify_files(root, [f"recordings/{p.name}" for p in (root / "recordings").glob("*.wav")],
                            self.dataset)
         meta, waves, rates = self._read()
         rates = rates if isinstance(rates, list) else [rates] * len(waves)

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from bench.data import cache_path, data_root, verify_md5sums
+from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_write
 from bench.task import Batch, Splits, Task
@@ -142,7 +142,7 @@ class TranslationTask(Task):
         if missing:
             raise BenchError(f"multi30k: missing {', '.join(missing)} in {root} "
                              f"(test set name: task.test_set)")
-        verify_md5sums(root, names, self.dataset)
+        verify_files(root, names, self.dataset)
         out = {}
         for split, stem in splits.items():
             src, tgt = (self._read_lines(root / f"{stem}.{lang}.gz") for lang in (self.src, self.tgt))
