@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ from bench.errors import BenchError, RunFailed
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("mhab")
-_failures: list[str] = []
+# Runs of a sweep may execute in other processes (joblib, submitit launchers); each failed run
+# appends a line to this file, so the parent can count them and exit non-zero.
+FAILURES_ENV = "MHAB_FAILURES_FILE"
 
 
 def error(message: str) -> None:
@@ -44,28 +47,52 @@ def _one_line(exc: Exception) -> str:
     return "; ".join(line for line in lines if not line.startswith(("full_key", "object_type")))
 
 
-def first_of_each_sweep(overrides: list[str]) -> list[str]:
-    """One concrete combination of a sweep, to validate the overrides before running."""
+def sweep_points(overrides: list[str]) -> list[list[str]]:
+    """Concrete override lists that together use every value of every sweep: the first value
+    of each sweep, then each further value of one sweep with the others at their first. Each
+    is validated before anything runs, so one impossible value stops the sweep up front."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    concrete = []
+    values = []
     for override, text in zip(parsed, overrides, strict=True):
         if override.is_sweep_override():
-            value = next(iter(override.sweep_string_iterator()))
-            concrete.append(f"{override.get_key_element()}={value}")
+            key = override.get_key_element()
+            values.append([f"{key}={v}" for v in override.sweep_string_iterator()])
         else:
-            concrete.append(text)
-    return concrete
+            values.append([text])
+    first = [options[0] for options in values]
+    points = [first]
+    for i, options in enumerate(values):
+        points += [first[:i] + [option] + first[i + 1:] for option in options[1:]]
+    return points
+
+
+def check_results_dir(path: str) -> None:
+    """Hydra writes its logs under results_dir before a run starts; say plainly when it cannot."""
+    target = Path(path).expanduser()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"cannot create results_dir '{path}' ({e.strerror}); "
+                         f"pass a writable results_dir=PATH") from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise BenchError(f"results_dir '{path}' is not writable; pass results_dir=PATH")
 
 
 def validate_overrides(overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
+    from bench.experiment import validate
+
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
-            compose("config", overrides=first_of_each_sweep(overrides))
-    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
-        raise BenchError(_one_line(e) + " (see 'mhab run --help')") from None
+            for point in sweep_points(overrides):
+                try:
+                    cfg = compose("config", overrides=point)
+                except Exception as e:  # noqa: BLE001 - any composition error is the user's override
+                    raise BenchError(_one_line(e) + " (see 'mhab run --help')") from None
+                validate(cfg)
+                check_results_dir(cfg.results_dir)
     finally:
         GlobalHydra.instance().clear()
 
@@ -81,7 +108,10 @@ def _hydra_run(cfg: DictConfig) -> float | None:
         if not multirun:
             error(str(e))
             sys.exit(2 if isinstance(e, BenchError) else 1)
-        _failures.append(str(e))
+        failures = os.environ.get(FAILURES_ENV)
+        if failures:
+            with open(failures, "a") as f:
+                f.write(" ".join(str(e).split()) + "\n")
         log.error("%s", e)
         return None
     log.info(
@@ -101,11 +131,21 @@ def run_command(args: list[str]) -> int:
         except BenchError as e:
             error(str(e))
             return 2
-    _failures.clear()
+    import tempfile
+
+    fd, failures_file = tempfile.mkstemp(prefix="mhab-failures-", suffix=".txt")
+    os.close(fd)
+    os.environ[FAILURES_ENV] = failures_file
     sys.argv = ["mhab run", *args]
-    _hydra_run()
-    if _failures:
-        error(f"{len(_failures)} run(s) of the sweep failed; the others are recorded")
+    try:
+        _hydra_run()
+        failures = Path(failures_file).read_text().splitlines()
+    finally:
+        os.environ.pop(FAILURES_ENV, None)
+        Path(failures_file).unlink(missing_ok=True)
+    if failures:
+        error(f"{len(failures)} run(s) of the sweep failed (first: {failures[0]}); "
+              f"the others are recorded")
         return 1
     return 0
 

@@ -69,7 +69,7 @@ def fit(
 
     steps_per_epoch = len(train_loader)
     total_steps = cfg.epochs * steps_per_epoch
-    if cfg.max_steps:
+    if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     warmup_steps = max(1, min(total_steps // 2, round(cfg.warmup_epochs * steps_per_epoch)))
     optimizer = build_optimizer(model, cfg)

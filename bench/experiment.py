@@ -35,7 +35,7 @@ _NUMERIC_RULES = {
     "trainer.epochs": (int, 1, None, True),
     "trainer.batch_size": (int, 1, None, True),
     "trainer.eval_batch_size": (int, 1, None, True),
-    "trainer.max_steps": (int, 0, None, True),
+    "trainer.max_steps": (int, 1, None, True),
     "trainer.lr": (float, 0, None, False),
     "trainer.weight_decay": (float, 0, None, True),
     "trainer.warmup_epochs": (float, 0, None, True),
@@ -63,6 +63,8 @@ def validate(cfg: DictConfig) -> None:
             bound = f">= {low}" if inclusive else f"> {low}"
             span = f"{bound} and < {high}" if high is not None else bound
             raise BenchError(f"{key} must be {span}, got {value}")
+    if cfg.get("progress", "auto") not in ("auto", True, False):
+        raise BenchError(f"progress must be auto, true or false, got {cfg.progress!r}")
     m = cfg.model
     if "num_heads" in m and m.dim % m.num_heads:
         fits = max(h for h in range(1, m.num_heads + 1) if m.dim % h == 0)

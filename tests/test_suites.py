@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.cli import CONF_DIR, first_of_each_sweep
+from bench.cli import CONF_DIR, sweep_points
 from bench.record import config_hash, resolved_config
 from tests.conftest import ROOT, read_records, run_cli
 
@@ -57,10 +57,14 @@ def test_claim_experiments_compose_with_a_variant_label(claim):
         assert cfg.task.name == "recall" and cfg.task.seq_len == int(claim.split("_")[1])
 
 
-def test_first_of_each_sweep():
-    assert first_of_each_sweep(["model=attention,lstm", "seed=0"]) == ["model=attention", "seed=0"]
-
-
+def test_sweep_points_use_every_value_once():
+    points = sweep_points(["model=attention,lstm,gru", "seed=0,1", "task=image"])
+    assert points == [
+        ["model=attention", "seed=0", "task=image"],
+        ["model=lstm", "seed=0", "task=image"],
+        ["model=gru", "seed=0", "task=image"],
+        ["model=attention", "seed=1", "task=image"],
+    ]
 
 
 def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
@@ -96,6 +100,22 @@ def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
     recs = read_records(tmp_path)
     assert sorted((r["model"], r["seed"]) for r in recs) == [("gru", 0), ("gru", 1), ("lstm", 0), ("lstm", 1)]
     assert len({r["run_dir"] for r in recs}) == 4 and all(r["status"] == "ok" for r in recs)
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+                                      ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"]])
+def test_a_failed_run_in_a_parallel_sweep_fails_the_sweep_not_the_others(tmp_path, launcher):
+    # lr 1e30 makes the loss non-finite within a few steps; the runs live in other processes
+    out = run_cli("run", "-m", *launcher, "task=image", "task.dataset=digits", "model=gru",
+                  "trainer.lr=1e-3,1e30", "trainer.max_steps=6", "trainer.batch_size=32",
+                  "trainer.infer_iters=1", "trainer.timing_warmup_steps=1",
+                  f"results_dir={tmp_path}", timeout=600)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("mhab: error: 1 run(s) of the sweep failed") and "non-finite" in last
+    by_lr = {r["config"]["trainer"]["lr"]: r for r in read_records(tmp_path)}
+    assert by_lr[1e-3]["status"] == "ok"
+    assert by_lr[1e30]["status"] == "failed" and "non-finite training loss" in by_lr[1e30]["error"]
 
 
 def _in_progress(root):

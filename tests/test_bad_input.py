@@ -1,0 +1,188 @@
+"""The bad-input catalogue (README, "Errors"): every entry is a mistake a user can make, run
+through the command line as they would. Each must give one line on stderr that says what is
+wrong, a non-zero exit, no traceback, and no run recorded as ok."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from bench.data import SOURCES
+from tests.conftest import ROOT, run_cli
+
+DIGITS = ["run", "task=image", "task.dataset=digits", "trainer.max_steps=2", "trainer.infer_iters=1"]
+NUMBERS = ["run", "task=translation", "task.dataset=numbers", "task.vocab_size=150",
+           "task.numbers_sizes={train:200,val:20,test:20}", "model.dim=32", "model.depth=1",
+           "trainer.max_steps=2"]
+
+
+@dataclass
+class Case:
+    """One catalogue entry: the command, an optional setup of files under ``tmp``, and the
+    words the one-line message must contain."""
+
+    args: list[str]
+    message: str
+    setup: Callable[[Path], list[str]] | None = None  # returns extra args
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def fake_files(folder: str, names: list[str], content: bytes = b"not the real file"):
+    """A data root with ``names`` under ``folder``, holding the wrong bytes."""
+    def setup(tmp: Path) -> list[str]:
+        for name in names:
+            path = tmp / "data" / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+        return [f"data_dir={tmp / 'data'}"]
+    return setup
+
+
+def fsdd_speaker_amy(tmp: Path) -> list[str]:
+    recordings = tmp / "data" / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    for digit in range(10):
+        for index in range(8):
+            soundfile.write(recordings / f"{digit}_amy_{index}.wav",
+                            np.random.default_rng(index).normal(0, 0.1, 4000).astype(np.float32), 8000)
+    return [f"data_dir={tmp / 'data'}"]
+
+
+def corrupt_wav(tmp: Path) -> list[str]:
+    extra = fsdd_speaker_amy(tmp)
+    (tmp / "data" / "fsdd" / "recordings" / "4_amy_9.wav").write_bytes(b"RIFF\x00\x00garbage")
+    return extra
+
+
+def a_file(tmp: Path) -> Path:
+    path = tmp / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
+def malformed_record(tmp: Path) -> list[str]:
+    run = tmp / "r" / "runs" / "20261202-000000-image-digits-attention-s0-00000000-abcdef"
+    run.mkdir(parents=True)
+    (run / "record.json").write_text('{"status": "ok", "seed"')  # cut off mid-write by hand
+    return [str(tmp / "r")]
+
+
+def malformed_record_of_this_run(tmp: Path) -> list[str]:
+    """A hand-damaged record with the hash of the run about to start, so resume must read it."""
+    from hydra import compose, initialize_config_dir
+
+    from bench.cli import CONF_DIR
+    from bench.record import config_hash
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        digest = config_hash(compose("config", overrides=DIGITS[1:]))
+    run = tmp / "r" / "runs" / f"20261202-000000-image-digits-attention-s0-{digest[:8]}-abcdef"
+    run.mkdir(parents=True)
+    (run / "record.json").write_text("{")
+    return []
+
+
+FMNIST = list(SOURCES["fashion-mnist"].checksums())
+MULTI30K = list(SOURCES["multi30k"].checksums())
+
+CATALOGUE: dict[str, Case] = {
+    "unknown-command": Case(["train"], "unknown command 'train'"),
+    "unknown-task": Case(["run", "task=video"],
+                         "unknown task 'video'; choose one of: image, recall, speech, translation"),
+    "unknown-model": Case(["run", "model=transformer"],
+                          "unknown model 'transformer'; choose one of: attention, gru, lstm"),
+    "unknown-dataset": Case(["run", "task.dataset=cifar"], "unknown image dataset 'cifar'"),
+    "unknown-key": Case([*DIGITS, "model.foo=1"], "unknown config key 'model.foo'"),
+    "unknown-pos-encoding": Case([*DIGITS, "model.pos_encoding=fourier"],
+                                 "unknown pos_encoding 'fourier'"),
+    "data-root-unset": Case(["run", "task.dataset=fashion_mnist"],
+                            "set BENCH_DATA_DIR or pass data_dir=PATH", env={"BENCH_DATA_DIR": ""}),
+    "data-root-missing": Case(["run", "task.dataset=fashion_mnist", "data_dir=/nonexistent/data"],
+                              "folder /nonexistent/data/fashion-mnist not found"),
+    "dataset-file-missing": Case(["run", "task.dataset=fashion_mnist"], "missing train-labels-idx1-ubyte.gz",
+                                 setup=fake_files("fashion-mnist", FMNIST[:-1])),
+    "corrupt-idx": Case(["run", "task.dataset=fashion_mnist"], "is corrupt (sha256 mismatch)",
+                        setup=fake_files("fashion-mnist", FMNIST)),
+    "corrupt-gz": Case(["run", "task=translation", "task.dataset=multi30k"],
+                       ".gz is corrupt (sha256 mismatch)",
+                       setup=fake_files("multi30k", MULTI30K, b"\x1f\x8b\x08truncated")),
+    "corrupt-wav": Case(["run", "task=speech", "task.dataset=fsdd"], "4_amy_9.wav", setup=corrupt_wav),
+    "empty-split": Case([*DIGITS, "task.val_size=0"], "the val split is empty"),
+    "heads-do-not-divide-width": Case([*DIGITS, "model.num_heads=3"],
+                                      "model.num_heads=3 does not divide model.dim=64"),
+    "patch-larger-than-input": Case([*DIGITS, "task.patch_size=16"], "larger than the input"),
+    "batch-size-zero": Case([*DIGITS, "trainer.batch_size=0"], "trainer.batch_size must be >= 1"),
+    "epochs-negative": Case([*DIGITS, "trainer.epochs=-2"], "trainer.epochs must be >= 1"),
+    "max-steps-zero": Case([*DIGITS, "trainer.max_steps=0"], "trainer.max_steps must be >= 1"),
+    "lr-not-positive": Case([*DIGITS, "trainer.lr=0"], "trainer.lr must be > 0"),
+    "dropout-out-of-range": Case([*DIGITS, "model.dropout=1.5"], "model.dropout must be >= 0 and < 1"),
+    "not-a-number": Case([*DIGITS, "model.dim=wide"], "model.dim must be an integer"),
+    "negative-seed": Case([*DIGITS, "seed=-1"], "seed must be >= 0"),
+    "bad-progress": Case([*DIGITS, "progress=maybe"], "progress must be auto, true or false"),
+    "impossible-value-in-sweep": Case([*DIGITS[:1], "-m", *DIGITS[1:], "model.num_heads=4,3"],
+                                      "model.num_heads=3 does not divide"),
+    "language-pair-absent": Case(["run", "task=translation", "task.dataset=multi30k", "task.tgt=fr"],
+                                 "no de-fr pair", setup=fake_files("multi30k", MULTI30K)),
+    "src-equals-tgt": Case(["run", "task=translation", "task.src=en", "task.tgt=en"],
+                           "task.src and task.tgt are both 'en'"),
+    "beam-size-zero": Case([*NUMBERS, "task.beam_size=0"], "task.beam_size must be >= 1"),
+    "unknown-speaker": Case(["run", "task=speech", "task.dataset=fsdd", "task.split=speaker",
+                             "task.holdout_speaker=bob"], "unknown speaker 'bob'; choose one of amy",
+                            setup=fsdd_speaker_amy),
+    "results-dir-not-writable": Case(DIGITS, "cannot create results_dir",
+                                     setup=lambda tmp: [f"results_dir={a_file(tmp) / 'r'}"]),
+    "cache-dir-not-writable": Case(NUMBERS, "cannot create cache dir",
+                                   setup=lambda tmp: [f"cache_dir={a_file(tmp) / 'c'}"]),
+    "malformed-record-in-table": Case(["table"], "malformed run record", setup=malformed_record),
+    "malformed-record-in-report": Case(["report"], "malformed run record", setup=malformed_record),
+    "malformed-record-on-resume": Case(DIGITS, "malformed run record",
+                                       setup=malformed_record_of_this_run),
+    "no-records-to-report": Case(["report", "/nonexistent/results"], "no run records under"),
+    "unknown-data-name": Case(["data", "download", "cifar10"], "unknown dataset 'cifar10'"),
+    "cuda-absent": Case([*DIGITS, "device=cuda"], "no CUDA device is visible"),
+}
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
+    case = CATALOGUE[name]
+    if name == "cuda-absent" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    extra = case.setup(tmp_path) if case.setup else []
+    args = list(case.args)
+    if args[0] == "run":
+        args += [f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}", *extra]
+    else:
+        args += extra
+    out = run_cli(*args, cwd=tmp_path, env={"BENCH_CACHE_DIR": str(tmp_path / "c"), **case.env})
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("mhab: error:") and case.message in lines[0], lines[0]
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not [r for r in _readable(tmp_path / "r") if r.get("status") == "ok"]
+
+
+def _readable(path: Path) -> list[dict]:
+    out = []
+    for p in path.glob("runs/*/record.json"):
+        with contextlib.suppress(json.JSONDecodeError):
+            out.append(json.loads(p.read_text()))
+    return out
+
+
+def test_catalogue_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M))
+    assert documented == set(CATALOGUE)
+    assert len(CATALOGUE) >= 20
