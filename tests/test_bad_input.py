@@ -5,6 +5,7 @@ wrong, a non-zero exit, no traceback, and no run recorded as ok."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -115,6 +116,13 @@ CATALOGUE: dict[str, Case] = {
     "corrupt-gz": Case(["run", "task=translation", "task.dataset=multi30k"],
                        ".gz is corrupt (sha256 mismatch)",
                        setup=fake_files("multi30k", MULTI30K, b"\x1f\x8b\x08truncated")),
+    "truncated-gz": Case(["run", "task=translation", "task.dataset=multi30k", "task.src=fr", "task.tgt=cs"],
+                         "train.fr.gz (Compressed file ended before the end-of-stream marker was "
+                         "reached); the file is corrupt",
+                         setup=fake_files("multi30k", [f"{split}.{lang}.gz" for split in
+                                                       ("train", "val", "test_2016_flickr")
+                                                       for lang in ("fr", "cs")],
+                                          gzip.compress(b"a sentence\n" * 50)[:-10])),
     "corrupt-wav": Case(["run", "task=speech", "task.dataset=fsdd"], "4_amy_9.wav", setup=corrupt_wav),
     "empty-split": Case([*DIGITS, "task.val_size=0"], "the val split is empty"),
     "heads-do-not-divide-width": Case([*DIGITS, "model.num_heads=3"],
