@@ -191,6 +191,44 @@ def report_command(args: list[str]) -> int:
     return 0
 
 
+def speed_command(args: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: mhab speed [KEY=VALUE ...]\n\n"
+              "Time the attention core against nn.MultiheadAttention and timm's Attention, and each\n"
+              "task's attention and RNN models; write speed.csv and speed.parquet to results_dir.\n"
+              f"Keys and defaults ({Path(CONF_DIR) / 'speed.yaml'}):\n")
+        print((Path(CONF_DIR) / "speed.yaml").read_text())
+        return 0
+    from hydra import compose, initialize_config_dir
+
+    from bench import speed
+    from bench.experiment import show_progress
+    from bench.results import save
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab-speed"):
+            cfg = compose("speed", overrides=args)
+    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
+        raise BenchError(_one_line(e) + " (see 'mhab speed --help')") from None
+    finally:
+        GlobalHydra.instance().clear()
+    check_results_dir(cfg.results_dir)
+    frame = speed.run_speed(cfg, progress=show_progress(cfg.progress))
+    paths = save(frame, cfg.results_dir, stem="speed")
+    shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
+             "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
+             "data_share"]
+    fmt = lambda v: f"{v:.4g}"
+    print(frame[[c for c in shown if c in frame]].to_string(index=False, float_format=fmt))
+    print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "
+          f"({cfg.matmul_size}^3 float32, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
+          f"{frame['threads'].iloc[0]} threads")
+    print(speed.targets(frame).to_string(index=False, float_format=fmt))
+    print(f"\nsaved {', '.join(str(p) for p in paths)}")
+    return 0
+
+
 def data_command(args: list[str]) -> int:
     import os
 
@@ -240,6 +278,8 @@ COMMANDS = {
     "table": (table_command, "all run records under a results dir as one table (saved as "
                              "parquet and CSV), with mean/std/95% CI over seeds"),
     "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
+    "speed": (speed_command, "throughput, FLOP rate and memory of the core against torch and timm, "
+                             "and of every task's models (writes speed.csv)"),
     "data": (data_command, "'data check' verifies the data root (sha256); 'data download NAME' "
                            "fetches a dataset into it"),
 }

@@ -151,11 +151,38 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
             .sort_values(["model", "seq_len"])
         )
     if path.is_file():
-        speed = pd.read_csv(path)
-        fig = _against_length(speed, ("tokens_per_s", "tokens/s"), ("peak_memory_mb", "peak memory (MiB)"))
-        s.figure("Speed benchmark: tokens/s and memory against sequence length.", fig)
-        s.table(speed)
+        _speed_tables(s, pd.read_csv(path))
     return s
+
+
+def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
+    """``mhab speed``'s table: the core against torch and timm over length, its targets, and
+    the task models."""
+    from bench.speed import targets
+
+    attention = speed[(speed["section"] == "attention") & (speed["status"] == "ok")]
+    train = attention[attention["mode"] == "train"]
+    if not train.empty:
+        batch = int(train["batch_size"].min())
+        curve = train[train["batch_size"] == batch]
+        fig = _against_length(curve, ("tokens_per_s", "tokens/s"), ("peak_memory_mb", "memory (MiB)"))
+        context = speed.iloc[0]
+        s.figure(
+            f"Speed benchmark, forward+backward at batch {batch}, width {int(curve['dim'].iloc[0])}, "
+            f"{int(curve['num_heads'].iloc[0])} heads, {context['dtype']}, on {context['device_name']} "
+            f"({context['threads']} threads): tokens/s and memory ({curve['memory_kind'].iloc[0]}) "
+            f"against sequence length.", fig)
+        s.text(f"Matmul peak measured in the same run: {context['matmul_peak_gflop_s']:.1f} GFLOP/s.")
+        s.table(attention[["model", "mode", "batch_size", "seq_len", "step_ms", "tokens_per_s",
+                           "achieved_gflop_s", "peak_share", "peak_memory_mb"]])
+    goals = targets(speed)
+    if not goals.empty:
+        s.table(goals)
+    tasks = speed[speed["section"] == "task"]
+    if not tasks.empty:
+        columns = ["model", "mode", "batch_size", "params", "step_ms", "samples_per_s",
+                   "achieved_gflop_s", "peak_share", "engine_overhead", "data_share"]
+        s.table(tasks[[c for c in columns if c in tasks]])
 
 
 def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import html5lib
+import pandas as pd
 import pytest
 import torch
 
@@ -51,9 +52,15 @@ def results(tmp_path):
     torch.save({"kind": "cross", "heads": torch.rand(2, 3, 4).softmax(-1),
                 "source_tokens": ["▁ein", "▁Hund", MALICIOUS, "."], "target_tokens": ["<s>", "▁a", "▁dog"]},
                Path(cross["run_dir"]) / "attention.pt")
-    (root / "speed.csv").write_text(
-        "model,seq_len,tokens_per_s,peak_memory_mb\n"
-        "attention,128,50000,10\nattention,1024,40000,80\nlstm,128,20000,5\nlstm,1024,19000,9\n")
+    speed_rows = [{"section": "attention", "status": "ok", "model": model, "mode": "train", "batch_size": 1,
+                   "seq_len": n, "dim": 256, "num_heads": 8, "step_ms": 1.0, "tokens_per_s": tps / n,
+                   "achieved_gflop_s": 5.0, "peak_share": 0.1, "peak_memory_mb": n / 10,
+                   "memory_kind": "saved_activations", "dtype": "float32", "device_name": "Test CPU",
+                   "threads": 2, "matmul_peak_gflop_s": 50.0}
+                  for model, tps in (("core", 5e6), ("torch", 3e6)) for n in (128, 1024)]
+    speed_rows.append({**speed_rows[0], "section": "task", "model": "image/digits:gru", "params": 10,
+                       "samples_per_s": 10.0, "engine_overhead": 0.02, "data_share": 0.1})
+    pd.DataFrame(speed_rows).to_csv(root / "speed.csv", index=False)
     return root
 
 

@@ -1,0 +1,350 @@
+"""``mhab speed``: how fast the core and the task models run, timm-benchmark style.
+
+(a) The core against ``nn.MultiheadAttention`` and timm's ``Attention``, forward and
+forward+backward, over a grid of batch sizes and sequence lengths. (b) Each task's attention
+and RNN models: a bare training loop, inference, the engine's own loop on the same model and
+the data pipeline alone. Every row carries the share of a matmul peak measured in the same
+run, so a number can be read against what the machine can do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from bench import measure
+from bench.environment import cpu_model, resolve_device
+from bench.errors import BenchError
+from models.attention import MultiHeadAttention
+
+ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm")
+MODES = ("forward", "train")
+# The issue's reference point for the core's targets.
+TARGET = {"batch_size": 32, "seq_len": 128, "dim": 256, "num_heads": 8}
+
+
+# ---------------------------------------------------------------- arithmetic
+def attention_flops(batch: int, seq_len: int, dim: int) -> float:
+    """Forward FLOPs of self-attention (a multiply-add is 2): Q, K, V and output projections,
+    8 B L D^2, plus the score and value matmuls, 4 B L^2 D. Softmax and bias are left out."""
+    return 8.0 * batch * seq_len * dim**2 + 4.0 * batch * seq_len**2 * dim
+
+
+def step_flops(forward_flops: float, mode: str) -> float:
+    """Training counts forward + backward as 3x the forward, as is conventional."""
+    return forward_flops * (3.0 if mode == "train" else 1.0)
+
+
+def rates(step_seconds: float, samples: int, tokens: int, flops: float, peak_gflops: float) -> dict:
+    """Throughput from one step's median time."""
+    achieved = flops / step_seconds / 1e9
+    return {
+        "step_ms": 1000 * step_seconds,
+        "samples_per_s": samples / step_seconds,
+        "tokens_per_s": tokens / step_seconds,
+        "gflop_per_step": flops / 1e9,
+        "achieved_gflop_s": achieved,
+        "peak_share": achieved / peak_gflops,
+    }
+
+
+def grid(batch_sizes: list[int], seq_lens: list[int], max_tokens: int) -> list[tuple[int, int]]:
+    """(batch, length) pairs with batch x length <= max_tokens, the target point always in."""
+    points = [(b, n) for n in seq_lens for b in batch_sizes if b * n <= max_tokens]
+    return points or [(min(batch_sizes), min(seq_lens))]
+
+
+# ---------------------------------------------------------------- timing
+def time_calls(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> list[float]:
+    """Seconds per call of ``fn`` over ``iters`` timed calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        measure.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        measure.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
+    """Best of ``repeats`` timed runs of a size^3 float32 matmul, in GFLOP/s."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    best = min(time_calls(lambda: a @ b, device, warmup=2, iters=repeats))
+    return 2.0 * size**3 / best / 1e9
+
+
+def precision(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+# ---------------------------------------------------------------- (a) attention
+Call = Callable[[nn.Module, Tensor], Tensor]
+
+
+def build_attention(impl: str, dim: int, num_heads: int) -> tuple[nn.Module, Call]:
+    """The module and how users call it on self-attention input ``x``."""
+    if impl == "core":
+        return MultiHeadAttention(dim, num_heads), lambda m, x: m(x)[0]
+    if impl == "torch":
+        return nn.MultiheadAttention(dim, num_heads, batch_first=True), lambda m, x: m(x, x, x)[0]
+    if impl == "torch_no_weights":
+        return (nn.MultiheadAttention(dim, num_heads, batch_first=True),
+                lambda m, x: m(x, x, x, need_weights=False)[0])
+    if impl == "timm":
+        from timm.layers import Attention
+
+        return Attention(dim, num_heads, qkv_bias=True), lambda m, x: m(x)
+    raise BenchError(f"unknown attention impl '{impl}'; choose from {', '.join(ATTENTION_IMPLS)}")
+
+
+def _memory(device: torch.device, run: Callable[[], Any], mode: str) -> tuple[float | None, str]:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    if mode == "train":  # what autograd keeps for backward: the cost that grows with length
+        return measure.activation_memory_mb(run), "saved_activations"
+    return None, "not_measured_on_cpu_forward"
+
+
+def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictConfig,
+                      device: torch.device, peak: float) -> dict:
+    dim, heads = cfg.attention.dim, cfg.attention.num_heads
+    module, call = build_attention(impl, dim, heads)
+    module = module.to(device).train(mode == "train")
+    runner = torch.compile(module) if cfg.compile else module
+    x = torch.randn(batch, seq_len, dim, device=device, requires_grad=mode == "train")
+
+    def forward() -> Tensor:
+        with precision(device, cfg.dtype):
+            return call(runner, x)
+
+    def step() -> None:
+        if mode == "train":
+            forward().float().sum().backward()
+        else:
+            with torch.no_grad():
+                forward()
+
+    row = {"section": "attention", "model": impl, "mode": mode, "batch_size": batch,
+           "seq_len": seq_len, "dim": dim, "num_heads": heads}
+    try:
+        times = time_calls(step, device, cfg.warmup, cfg.iters)
+        memory, kind = _memory(device, forward if mode == "train" else step, mode)
+    except torch.OutOfMemoryError:
+        return {**row, "status": "out of memory"}
+    flops = step_flops(attention_flops(batch, seq_len, dim), mode)
+    return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops, peak),
+            "peak_memory_mb": memory, "memory_kind": kind}
+
+
+def attention_rows(cfg: DictConfig, device: torch.device, peak: float, progress: bool) -> Iterator[dict]:
+    a = cfg.attention
+    points = grid(list(a.batch_sizes), list(a.seq_lens), a.max_tokens)
+    jobs = [(impl, mode, b, n) for b, n in points for impl in a.impls for mode in a.modes]
+    for impl, mode, b, n in tqdm(jobs, desc="attention", disable=not progress):
+        torch.manual_seed(cfg.seed)
+        yield measure_attention(impl, mode, b, n, cfg, device, peak)
+
+
+# ---------------------------------------------------------------- (b) task models
+def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    from bench.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab-speed"):
+        run_cfg = compose("config", overrides=[*cfg.tasks.run_overrides, f"task={task}", f"model={model}"])
+    run_cfg.data_dir, run_cfg.cache_dir, run_cfg.seed = cfg.data_dir, cfg.cache_dir, cfg.seed
+    return run_cfg
+
+
+def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, device: torch.device,
+               dtype: str, warmup: int) -> list[float]:
+    """Seconds per step of the plainest loop that trains: loss, backward, AdamW step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=run_cfg.trainer.lr)
+    model.train()
+    times = []
+    for i, batch in enumerate(batches):
+        measure.synchronize(device)
+        start = time.perf_counter()
+        with precision(device, dtype):
+            loss = task.loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def _engine_samples_per_s(task, model: nn.Module, splits, run_cfg: DictConfig, device: torch.device,
+                          steps: int, warmup: int) -> float:
+    """The engine's own steady-state samples/s on the same model and data. Its validation and
+    test passes run too, outside the timed steps."""
+    from bench.engine import fit
+
+    trainer = OmegaConf.merge(run_cfg.trainer, {"max_steps": steps, "timing_warmup_steps": warmup})
+    with tempfile.TemporaryDirectory() as run_dir:
+        out = fit(task, model, splits, trainer, device, Path(run_dir), run_cfg.seed, progress=False)
+    return out["train_samples_per_s"]
+
+
+def _data_seconds_per_batch(loader, batches: int) -> float:
+    it = iter(loader)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    return (time.perf_counter() - start) / batches
+
+
+def measure_task_model(task_name: str, model_name: str, cfg: DictConfig, device: torch.device,
+                       peak: float) -> list[dict]:
+    from bench.experiment import build_task, seed_everything
+
+    run_cfg = _run_config(cfg, task_name, model_name)
+    task = build_task(run_cfg)
+    seed_everything(cfg.seed)
+    splits = task.load(cfg.seed)
+    model = task.build_model(run_cfg.model, splits).to(device)
+    initial = copy.deepcopy(model.state_dict())
+    t = run_cfg.trainer
+    loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers)
+    steps = cfg.warmup + cfg.iters
+    if len(loader) < steps:
+        raise BenchError(f"{task_name}: the train split has {len(loader)} batches, fewer than "
+                         f"warmup + iters = {steps}; lower them")
+    batches = [task.to_device(b, device) for b, _ in zip(loader, range(steps), strict=False)]
+    batch_size = batches[0][-1].shape[0]
+    example = task.model_inputs(batches[0])
+    forward_flops = measure.flops_per_sample(model, example) * batch_size
+    label = task.model_label(run_cfg.model)
+    base = {"section": "task", "model": f"{task_name}/{task.dataset}:{label}", "batch_size": batch_size,
+            "params": measure.count_parameters(model), "status": "ok"}
+
+    train_times = _bare_loop(task, model, batches, run_cfg, device, cfg.dtype, cfg.warmup)
+    step_s = statistics.mean(train_times)
+    model.load_state_dict(initial)
+    engine_sps = _engine_samples_per_s(task, model, splits, run_cfg, device, steps, cfg.warmup)
+    data_s = _data_seconds_per_batch(loader, cfg.iters)
+    train = {**base, "mode": "train",
+             **rates(step_s, batch_size, 0, step_flops(forward_flops, "train"), peak),
+             "engine_samples_per_s": engine_sps,
+             "engine_overhead": 1 - engine_sps / (batch_size / step_s),
+             "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
+    model.train()
+    train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
+    train["memory_kind"] = "saved_activations"
+    model.eval()
+    with torch.no_grad(), precision(device, cfg.dtype):
+        infer_times = time_calls(lambda: task.infer(model, example), device, cfg.warmup, cfg.iters)
+    infer = {**base, "mode": "infer",
+             **rates(statistics.median(infer_times), batch_size, 0, forward_flops, peak)}
+    for row in (train, infer):
+        row.pop("tokens_per_s")
+    return [train, infer]
+
+
+def task_rows(cfg: DictConfig, device: torch.device, peak: float, progress: bool) -> Iterator[dict]:
+    jobs = [(t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
+    for task_name, model_name in tqdm(jobs, desc="task models", disable=not progress):
+        yield from measure_task_model(task_name, model_name, cfg, device, peak)
+
+
+# ---------------------------------------------------------------- the whole benchmark
+def validate(cfg: DictConfig) -> None:
+    checks = {
+        "warmup": cfg.warmup >= 0, "iters": cfg.iters >= 1, "matmul_size": cfg.matmul_size >= 1,
+        "matmul_repeats": cfg.matmul_repeats >= 1,
+        "attention.dim": cfg.attention.dim >= 1, "attention.num_heads": cfg.attention.num_heads >= 1,
+        "attention.max_tokens": cfg.attention.max_tokens >= 1,
+        "attention.batch_sizes": all(int(b) >= 1 for b in cfg.attention.batch_sizes),
+        "attention.seq_lens": all(int(n) >= 1 for n in cfg.attention.seq_lens),
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise BenchError(f"{key} must be >= 1 (warmup >= 0), got {OmegaConf.select(cfg, key)}")
+    if cfg.attention.dim % cfg.attention.num_heads:
+        raise BenchError(f"attention.num_heads={cfg.attention.num_heads} does not divide "
+                         f"attention.dim={cfg.attention.dim}")
+    unknown = [i for i in cfg.attention.impls if i not in ATTENTION_IMPLS]
+    if unknown:
+        raise BenchError(f"unknown attention impl '{unknown[0]}'; choose from {', '.join(ATTENTION_IMPLS)}")
+    bad_modes = [m for m in cfg.attention.modes if m not in MODES]
+    if bad_modes:
+        raise BenchError(f"unknown mode '{bad_modes[0]}'; choose from {', '.join(MODES)}")
+    if cfg.dtype not in ("float32", "bf16"):
+        raise BenchError(f"dtype must be float32 or bf16, got {cfg.dtype!r}")
+
+
+def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
+    validate(cfg)
+    device = resolve_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    peak = matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats)
+    rows: list[dict] = []
+    if cfg.attention.enabled:
+        rows += attention_rows(cfg, device, peak, progress)
+    if cfg.tasks.enabled:
+        rows += task_rows(cfg, device, peak, progress)
+    frame = pd.DataFrame(rows)
+    context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
+               "torch": torch.__version__, "dtype": cfg.dtype, "compile": bool(cfg.compile),
+               "warmup": cfg.warmup, "iters": cfg.iters, "matmul_peak_gflop_s": peak, "seed": cfg.seed}
+    for key, value in context.items():
+        frame[key] = value
+    return frame
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
+def targets(frame: pd.DataFrame) -> pd.DataFrame:
+    """The issue's targets, as measured ratios at the reference point (train mode)."""
+    a = frame[(frame["section"] == "attention") & (frame["mode"] == "train")]
+    for key, value in TARGET.items():
+        a = a[a[key] == value]
+    step = a.set_index("model")["step_ms"] if not a.empty else pd.Series(dtype=float)
+    rows = []
+
+    def add(name: str, value: float | None, limit: str, passed: bool | None) -> None:
+        rows.append({"target": name, "measured": value, "goal": limit, "met": passed})
+
+    for impl, goal in (("torch", 0.55), ("timm", 1.05)):
+        if "core" in step and impl in step:
+            ratio = step["core"] / step[impl]
+            add(f"core / {impl} step time (fwd+bwd)", ratio, f"<= {goal}", ratio <= goal)
+    if "core" in step:
+        share = float(a.set_index("model").loc["core", "peak_share"])
+        add("core share of matmul peak (fwd+bwd)", share, ">= 0.70", share >= 0.70)
+    tasks = frame[(frame["section"] == "task") & (frame["mode"] == "train")]
+    if not tasks.empty:
+        worst = tasks.loc[tasks["engine_overhead"].idxmax()]
+        add(f"engine overhead, worst ({worst['model']})", float(worst["engine_overhead"]), "<= 0.05",
+            bool(worst["engine_overhead"] <= 0.05))
+        data = tasks.loc[tasks["data_share"].idxmax()]
+        add(f"data time / step time, worst ({data['model']})", float(data["data_share"]), "< 1",
+            bool(data["data_share"] < 1))
+    return pd.DataFrame(rows, columns=["target", "measured", "goal", "met"])
