@@ -95,6 +95,20 @@ def precision(device: torch.device, dtype: str) -> contextlib.AbstractContextMan
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
+
+
+def sdpa_backend(name: str) -> contextlib.AbstractContextManager:
+    """Pin ``F.scaled_dot_product_attention`` to one kernel; ``auto`` lets torch choose."""
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+    return sdpa_kernel([kernel])
+
+
 # ---------------------------------------------------------------- (a) attention
 Call = Callable[[nn.Module, Tensor], Tensor]
 
@@ -134,7 +148,7 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictC
     x = torch.randn(batch, seq_len, dim, device=device, requires_grad=mode == "train")
 
     def forward() -> Tensor:
-        with precision(device, cfg.dtype):
+        with precision(device, cfg.dtype), sdpa_backend(cfg.attention.sdpa_backend):
             return call(runner, x)
 
     def step() -> None:
@@ -151,6 +165,10 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictC
         memory, kind = _memory(device, forward if mode == "train" else step, mode)
     except torch.OutOfMemoryError:
         return {**row, "status": "out of memory"}
+    except RuntimeError as e:  # a pinned SDPA kernel that cannot run this input or device
+        if "No available kernel" not in str(e):
+            raise
+        return {**row, "status": f"no {cfg.attention.sdpa_backend} kernel"}
     flops = step_flops(attention_flops(batch, seq_len, dim), mode)
     return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops, peak),
             "peak_memory_mb": memory, "memory_kind": kind}
@@ -292,6 +310,9 @@ def validate(cfg: DictConfig) -> None:
     bad_modes = [m for m in cfg.attention.modes if m not in MODES]
     if bad_modes:
         raise BenchError(f"unknown mode '{bad_modes[0]}'; choose from {', '.join(MODES)}")
+    if cfg.attention.sdpa_backend not in SDPA_BACKENDS:
+        raise BenchError(f"attention.sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, "
+                         f"got {cfg.attention.sdpa_backend!r}")
     if cfg.dtype not in ("float32", "bf16"):
         raise BenchError(f"dtype must be float32 or bf16, got {cfg.dtype!r}")
 
@@ -309,7 +330,8 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     if cfg.tasks.enabled:
         rows += task_rows(cfg, device, peak, progress)
     frame = pd.DataFrame(rows)
-    context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
+    context = {"sdpa_backend": cfg.attention.sdpa_backend,
+               "device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
                "torch": torch.__version__, "dtype": cfg.dtype, "compile": bool(cfg.compile),
                "warmup": cfg.warmup, "iters": cfg.iters, "matmul_peak_gflop_s": peak, "seed": cfg.seed}
     for key, value in context.items():
