@@ -50,7 +50,7 @@ class SpeechTask(ClassificationTask):
         synth_per_digit: int = 100, synth_seed: int = 0,
         patch_size: tuple[int, int] = (8, 8), patch_stride: tuple[int, int] = (8, 4),
         specaugment: bool = False, freq_mask: int = 8, time_mask: int = 10,
-        label_smoothing: float = 0.0,
+        time_shift: bool = False, label_smoothing: float = 0.0,
     ) -> None:
         super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing)
         readers = {"fsdd": self._read_fsdd, "synth_digits": self._read_synth}
@@ -73,6 +73,7 @@ class SpeechTask(ClassificationTask):
         self.synth_per_digit, self.synth_seed = synth_per_digit, synth_seed
         self.patch_size, self.patch_stride = tuple(patch_size), tuple(patch_stride)
         self.specaugment = specaugment
+        self.time_shift = time_shift
         self.masks = nn.Sequential(
             torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True),
             torchaudio.transforms.TimeMasking(time_mask, iid_masks=True),
@@ -214,14 +215,17 @@ class SpeechTask(ClassificationTask):
                 "cached": cached, "cache_file": str(self.features_path()),
             },
             "specaugment": self.specaugment,
+            "time_shift": self.time_shift,
         }
         return Splits(part(train), part(val), part(test), info)
 
     def augment(self, batch: Batch) -> Batch:
-        if not self.specaugment:
-            return batch
         x, lengths, y = batch
-        return self.masks(x), lengths, y
+        if self.time_shift:
+            x, lengths = shift_in_time(x, lengths)
+        if self.specaugment:
+            x = self.masks(x)
+        return x, lengths, y
 
     # ------------------------------------------------------------------ models
     def model_builders(self):
@@ -272,6 +276,17 @@ def frame_stats(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     mean = (x * mask).sum(dim=(0, 3), keepdim=True) / count  # (1, 1, F, 1)
     var = (((x - mean) * mask) ** 2).sum(dim=(0, 3), keepdim=True) / count
     return mean, var.sqrt().clamp_min(1e-5)
+
+
+def shift_in_time(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Move each clip's valid frames later by a random 0..(frames - length) frames, so the word
+    may start anywhere in the window; the padding (zeros) it skips comes first. ``lengths``
+    grows by the shift, so an RNN reads the leading silence too."""
+    frames = x.shape[-1]
+    shift = (torch.rand(lengths.shape, device=x.device) * (frames - lengths + 1)).long()
+    source = (torch.arange(frames, device=x.device) - shift[:, None]) % frames  # (B, T)
+    index = source.view(-1, *([1] * (x.dim() - 2)), frames).expand_as(x)
+    return x.gather(-1, index), lengths + shift
 
 
 def normalise(x: Tensor, lengths: Tensor, mean: Tensor, std: Tensor) -> Tensor:

@@ -119,3 +119,21 @@ def test_fsdd_official_and_speaker_splits(data_dir, tmp_path):
     with pytest.raises(BenchError, match="unknown speaker 'bob'; choose one of george"):
         SpeechTask("speech", "fsdd", str(data_dir), str(tmp_path), split="speaker",
                    holdout_speaker="bob").load(0)
+
+
+def test_time_shift_moves_each_clip_whole_within_the_window():
+    from tasks.speech import shift_in_time
+
+    frames = 12
+    lengths = torch.tensor([4, 12, 1, 7] * 8)
+    x = torch.zeros(len(lengths), 1, 3, frames)
+    for i, n in enumerate(lengths):
+        x[i, ..., :n] = torch.arange(1, n + 1).float()
+    torch.manual_seed(0)
+    shifted, new_lengths = shift_in_time(x, lengths)
+    shifts = new_lengths - lengths
+    assert (shifts >= 0).all() and (new_lengths <= frames).all() and shifts.max() > 0
+    for i, (n, s) in enumerate(zip(lengths.tolist(), shifts.tolist(), strict=True)):
+        expected = torch.zeros(frames)
+        expected[s:s + n] = torch.arange(1, n + 1).float()
+        assert torch.equal(shifted[i, 0, 1], expected)
