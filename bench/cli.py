@@ -78,23 +78,27 @@ def check_results_dir(path: str) -> None:
         raise BenchError(f"results_dir '{path}' is not writable; pass results_dir=PATH")
 
 
-def validate_overrides(overrides: list[str]) -> None:
+def compose_config(name: str, overrides: list[str], command: str) -> DictConfig:
+    """Compose ``conf/<name>.yaml`` with ``overrides``; a mistake in them is a one-line error."""
     from hydra import compose, initialize_config_dir
-
-    from bench.experiment import validate
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
-            for point in sweep_points(overrides):
-                try:
-                    cfg = compose("config", overrides=point)
-                except Exception as e:  # noqa: BLE001 - any composition error is the user's override
-                    raise BenchError(_one_line(e) + " (see 'mhab run --help')") from None
-                validate(cfg)
-                check_results_dir(cfg.results_dir)
+            return compose(name, overrides=overrides)
+    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
+        raise BenchError(_one_line(e) + f" (see 'mhab {command} --help')") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def validate_overrides(overrides: list[str]) -> None:
+    from bench.experiment import validate
+
+    for point in sweep_points(overrides):
+        cfg = compose_config("config", point, "run")
+        validate(cfg)
+        check_results_dir(cfg.results_dir)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -199,20 +203,11 @@ def speed_command(args: list[str]) -> int:
               f"Keys and defaults ({Path(CONF_DIR) / 'speed.yaml'}):\n")
         print((Path(CONF_DIR) / "speed.yaml").read_text())
         return 0
-    from hydra import compose, initialize_config_dir
-
     from bench import speed
     from bench.experiment import show_progress
     from bench.results import save
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab-speed"):
-            cfg = compose("speed", overrides=args)
-    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
-        raise BenchError(_one_line(e) + " (see 'mhab speed --help')") from None
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config("speed", args, "speed")
     check_results_dir(cfg.results_dir)
     frame = speed.run_speed(cfg, progress=show_progress(cfg.progress))
     paths = save(frame, cfg.results_dir, stem="speed")
@@ -309,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         error("interrupted; finished runs are recorded")
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
