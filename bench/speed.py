@@ -29,7 +29,7 @@ from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
 from models.attention import MultiHeadAttention
 
-ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm")
+ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm", "projections")
 MODES = ("forward", "train")
 # The issue's reference point for the core's targets.
 TARGET = {"batch_size": 32, "seq_len": 128, "dim": 256, "num_heads": 8}
@@ -40,6 +40,13 @@ def attention_flops(batch: int, seq_len: int, dim: int) -> float:
     """Forward FLOPs of self-attention (a multiply-add is 2): Q, K, V and output projections,
     8 B L D^2, plus the score and value matmuls, 4 B L^2 D. Softmax and bias are left out."""
     return 8.0 * batch * seq_len * dim**2 + 4.0 * batch * seq_len**2 * dim
+
+
+def impl_flops(impl: str, batch: int, seq_len: int, dim: int) -> float:
+    """Forward FLOPs of one measured module: the projections floor has no score/value matmuls."""
+    if impl == "projections":
+        return 8.0 * batch * seq_len * dim**2
+    return attention_flops(batch, seq_len, dim)
 
 
 def step_flops(forward_flops: float, mode: str) -> float:
@@ -126,6 +133,9 @@ def build_attention(impl: str, dim: int, num_heads: int) -> tuple[nn.Module, Cal
         from timm.layers import Attention
 
         return Attention(dim, num_heads, qkv_bias=True), lambda m, x: m(x)
+    if impl == "projections":  # the Q/K/V and output projections alone: a floor for any kernel
+        module = nn.ModuleDict({"qkv": nn.Linear(dim, 3 * dim), "out": nn.Linear(dim, dim)})
+        return module, lambda m, x: m["out"](m["qkv"](x)[..., :dim])
     raise BenchError(f"unknown attention impl '{impl}'; choose from {', '.join(ATTENTION_IMPLS)}")
 
 
@@ -169,7 +179,7 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictC
         if "No available kernel" not in str(e):
             raise
         return {**row, "status": f"no {cfg.attention.sdpa_backend} kernel"}
-    flops = step_flops(attention_flops(batch, seq_len, dim), mode)
+    flops = step_flops(impl_flops(impl, batch, seq_len, dim), mode)
     return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops, peak),
             "peak_memory_mb": memory, "memory_kind": kind}
 
@@ -370,6 +380,9 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
         if "core" in step and impl in step:
             ratio = step["core"] / step[impl]
             add(f"core / {impl} step time (fwd+bwd)", ratio, f"<= {goal}", ratio <= goal)
+    if "projections" in step and "torch" in step:  # what the core/torch ratio cannot go below
+        add("floor: projections alone / torch", step["projections"] / step["torch"],
+            "(bound for core / torch)", None)
     if "core" in step:
         share = float(a.set_index("model").loc["core", "peak_share"])
         add("core share of matmul peak (fwd+bwd)", share, ">= 0.70", share >= 0.70)

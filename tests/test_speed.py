@@ -22,6 +22,11 @@ def test_attention_flops_match_torch_flop_counter(batch, seq_len, dim, heads):
     assert counter.get_total_flops() == speed.attention_flops(batch, seq_len, dim)
 
 
+def test_the_projections_floor_counts_only_projections():
+    assert speed.impl_flops("projections", 2, 16, 32) == 8 * 2 * 16 * 32**2
+    assert speed.impl_flops("core", 2, 16, 32) == speed.attention_flops(2, 16, 32)
+
+
 def test_training_counts_three_forwards():
     assert speed.step_flops(10.0, "train") == 30.0 and speed.step_flops(10.0, "forward") == 10.0
 
@@ -46,6 +51,7 @@ def _row(model, mode="train", step_ms=10.0, share=0.5, **kw):
 def test_targets_are_ratios_at_the_reference_point():
     frame = pd.DataFrame([
         _row("core", step_ms=5.0, share=0.72), _row("torch", step_ms=10.0), _row("timm", step_ms=4.0),
+        _row("projections", step_ms=4.5),
         _row("core", step_ms=1.0, batch_size=1),  # another point: ignored
         {"section": "task", "model": "image/digits:gru", "mode": "train", "engine_overhead": 0.03,
          "data_share": 0.2},
@@ -58,6 +64,7 @@ def test_targets_are_ratios_at_the_reference_point():
     assert t.loc["core / timm step time (fwd+bwd)", "measured"] == 1.25
     assert not bool(t.loc["core / timm step time (fwd+bwd)", "met"])
     assert bool(t.loc["core share of matmul peak (fwd+bwd)", "met"])
+    assert t.loc["floor: projections alone / torch", "measured"] == 0.45
     worst = t.loc["engine overhead, worst (image/digits:lstm)"]
     assert worst["measured"] == 0.08 and not bool(worst["met"])
 
@@ -70,11 +77,11 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "speed.csv")
     attention = frame[frame["section"] == "attention"]
-    assert len(attention) == 2 * 4 * 2  # lengths x impls x modes
-    assert set(attention["model"]) == {"core", "torch", "torch_no_weights", "timm"}
+    assert len(attention) == 2 * 5 * 2  # lengths x impls x modes
+    assert set(attention["model"]) == {"core", "torch", "torch_no_weights", "timm", "projections"}
     ok = attention[attention["status"] == "ok"]
-    expected = [speed.step_flops(speed.attention_flops(2, n, 32), m) / 1e9
-                for n, m in zip(ok["seq_len"], ok["mode"], strict=True)]
+    expected = [speed.step_flops(speed.impl_flops(i, 2, n, 32), m) / 1e9
+                for i, n, m in zip(ok["model"], ok["seq_len"], ok["mode"], strict=True)]
     assert ok["gflop_per_step"].tolist() == pytest.approx(expected)
     assert (ok["tokens_per_s"] == ok["samples_per_s"] * ok["seq_len"]).all()
     share = ok["achieved_gflop_s"] / ok["matmul_peak_gflop_s"]
