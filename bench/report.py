@@ -18,9 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
-from bench.io import atomic_write, atomic_write_text  # noqa: E402
+from bench.io import atomic_write, atomic_write_text, load_state_dict  # noqa: E402
 from bench.record import RECORD, read_record  # noqa: E402
 from bench.results import aggregate, load  # noqa: E402
 
@@ -265,8 +264,13 @@ def attention_section(records: list[dict]) -> Section:
         path = Path(rec["run_dir"]) / rec["attention_example"]
         if not path.is_file():
             continue
+        try:
+            example = load_state_dict(path)
+        except Exception as e:  # noqa: BLE001 - a damaged or tampered file is skipped, never run
+            s.text(f"Skipped {path.name} of run {rec['run_id']}: not a readable tensor file "
+                   f"({type(e).__name__}).")
+            continue
         shown.add(key)
-        example = torch.load(path, map_location="cpu", weights_only=True)
         s.figure(
             f"{rec['task']} / {rec['dataset']}: per-head attention of the {rec['model']} "
             f"model (seed {rec['seed']}) on the first test example.",
