@@ -102,16 +102,17 @@ def fit(
                 break
             batch = task.augment(task.to_device(batch, device))
             loss = task.loss(model, batch)
-            if not torch.isfinite(loss):
-                raise RunFailed(f"non-finite training loss ({loss.item()}) at step {step}")
+            loss_value = loss.item()  # the one sync of the step
+            if not math.isfinite(loss_value):
+                raise RunFailed(f"non-finite training loss ({loss_value}) at step {step}")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
             optimizer.step()
             scheduler.step()
             step += 1
-            loss_value = loss.item()  # also a sync point, so the step time is real
+            measure.synchronize(device)  # so the step time is real on CUDA
             elapsed = time.perf_counter() - t0
             if step > cfg.timing_warmup_steps:  # steady state only
                 timed_samples += batch[-1].shape[0]

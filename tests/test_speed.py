@@ -65,15 +65,25 @@ def test_targets_are_ratios_at_the_reference_point():
     assert not bool(t.loc["core / timm step time (fwd+bwd)", "met"])
     assert bool(t.loc["core share of matmul peak (fwd+bwd)", "met"])
     assert t.loc["floor: projections alone / torch", "measured"] == 0.45
+    assert t.loc["engine overhead, median over 2 task models", "measured"] == pytest.approx(0.055)
     worst = t.loc["engine overhead, worst (image/digits:lstm)"]
     assert worst["measured"] == 0.08 and not bool(worst["met"])
+
+
+def test_targets_without_the_attention_part():
+    tasks = pd.DataFrame([{"section": "task", "model": "image/digits:gru", "mode": "train",
+                           "engine_overhead": 0.03, "data_share": 0.2}])
+    assert list(speed.targets(tasks)["target"]) == ["engine overhead, median over 1 task models",
+                                                    "engine overhead, worst (image/digits:gru)",
+                                                    "data time / step time, worst (image/digits:gru)"]
 
 
 def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     out = run_cli("speed", f"results_dir={tmp_path}", "attention.batch_sizes=[2]",
                   "attention.seq_lens=[8,16]", "attention.dim=32", "attention.num_heads=4",
                   "warmup=1", "iters=2", "matmul_size=128", "tasks.names=[image]",
-                  "tasks.models=[attention,gru]", "tasks.timed_steps=3", "tasks.repeats=1", timeout=600)
+                  "tasks.models=[attention,gru]", "tasks.timed_steps=3", "tasks.repeats=1",
+                  "tasks.min_seconds=0", timeout=600)
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "speed.csv")
     attention = frame[frame["section"] == "attention"]
