@@ -83,7 +83,7 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
                   "attention.seq_lens=[8,16]", "attention.dim=32", "attention.num_heads=4",
                   "warmup=1", "iters=2", "matmul_size=128", "tasks.names=[image]",
                   "tasks.models=[attention,gru]", "tasks.timed_steps=3", "tasks.repeats=1",
-                  "tasks.min_seconds=0", timeout=600)
+                  "attention.repeats=2", "tasks.min_seconds=0", timeout=600)
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "speed.csv")
     attention = frame[frame["section"] == "attention"]
