@@ -91,7 +91,7 @@ class Task(abc.ABC):
             # plus a collate: the same batches, in the same order, for a fraction of the cost.
             order = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
             return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=False),
-                              batch_size=None, num_workers=num_workers,
+                              batch_size=None, generator=generator, num_workers=num_workers,
                               persistent_workers=num_workers > 0)
         return DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,

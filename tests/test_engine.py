@@ -157,3 +157,22 @@ def test_activation_memory_counts_saved_tensors_and_grows_with_length():
     linear = nn.Linear(1000, 10)
     x = torch.randn(256, 1000)
     assert measure.activation_memory_mb(lambda: linear(x).sum()) == pytest.approx(256 * 1000 * 4 / 2**20)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_in_memory_loader_gives_the_default_loaders_batches_and_rng(shuffle, tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tasks.image import ImageTask
+
+    data = TensorDataset(torch.arange(100.0).view(100, 1), torch.arange(100))
+    task = ImageTask("image", "digits", None, str(tmp_path))
+    default = DataLoader(data, batch_size=16, shuffle=shuffle, generator=torch.Generator().manual_seed(3))
+    fast = task.loader(data, 16, shuffle, 3)
+    assert fast.batch_size is None  # the batched-indexing path
+    torch.manual_seed(0)
+    expected = [[y.tolist() for _, y in default] for _epoch in range(2)], torch.rand(1)
+    torch.manual_seed(0)
+    got = [[y.tolist() for _, y in fast] for _epoch in range(2)], torch.rand(1)
+    assert got[0] == expected[0] and torch.equal(got[1], expected[1])  # augmentation RNG untouched
+    assert len(fast) == len(default) == 7
