@@ -225,8 +225,6 @@ def speed_command(args: list[str]) -> int:
 
 
 def data_command(args: list[str]) -> int:
-    import os
-
     parser = argparse.ArgumentParser(
         prog="mhab data",
         description="Verify the data root against the sha256 of every known dataset file, or "

@@ -7,6 +7,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,6 +72,20 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def time_calls(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> list[float]:
+    """Seconds per call of ``fn`` over ``iters`` timed calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 @torch.no_grad()
 def inference_speed(
     model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device,
@@ -81,15 +96,7 @@ def inference_speed(
     infer = infer or (lambda m, x: m(*x))
     was_training = model.training
     model.eval()
-    for _ in range(warmup):
-        infer(model, inputs)
-    times = []
-    for _ in range(iters):
-        synchronize(device)
-        start = time.perf_counter()
-        infer(model, inputs)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
+    times = time_calls(lambda: infer(model, inputs), device, warmup, iters)
     model.train(was_training)
     batch = inputs[0].shape[0]
     return {

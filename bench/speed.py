@@ -55,17 +55,21 @@ def step_flops(forward_flops: float, mode: str) -> float:
     return forward_flops * (3.0 if mode == "train" else 1.0)
 
 
-def rates(step_seconds: float, samples: int, tokens: int, flops: float, peak_gflops: float) -> dict:
+def rates(step_seconds: float, samples: int, tokens: int, flops: float) -> dict:
     """Throughput from one step's median time."""
-    achieved = flops / step_seconds / 1e9
     return {
         "step_ms": 1000 * step_seconds,
         "samples_per_s": samples / step_seconds,
         "tokens_per_s": tokens / step_seconds,
         "gflop_per_step": flops / 1e9,
-        "achieved_gflop_s": achieved,
-        "peak_share": achieved / peak_gflops,
+        "achieved_gflop_s": flops / step_seconds / 1e9,
     }
+
+
+def with_peak_share(frame: pd.DataFrame, peak_gflops: float) -> pd.DataFrame:
+    """Each row's achieved FLOP rate as a share of the run's matmul peak."""
+    return frame.assign(peak_share=frame["achieved_gflop_s"] / peak_gflops,
+                        matmul_peak_gflop_s=peak_gflops)
 
 
 def grid(batch_sizes: list[int], seq_lens: list[int], max_tokens: int) -> list[tuple[int, int]]:
@@ -75,25 +79,11 @@ def grid(batch_sizes: list[int], seq_lens: list[int], max_tokens: int) -> list[t
 
 
 # ---------------------------------------------------------------- timing
-def time_calls(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> list[float]:
-    """Seconds per call of ``fn`` over ``iters`` timed calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        measure.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        measure.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
     """Best of ``repeats`` timed runs of a size^3 float32 matmul, in GFLOP/s."""
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
-    best = min(time_calls(lambda: a @ b, device, warmup=2, iters=repeats))
+    best = min(measure.time_calls(lambda: a @ b, device, warmup=2, iters=repeats))
     return 2.0 * size**3 / best / 1e9
 
 
@@ -153,16 +143,17 @@ def build_attention(impl: str, dim: int, num_heads: int) -> tuple[nn.Module, Cal
 
 def _memory(device: torch.device, run: Callable[[], Any], mode: str) -> tuple[float | None, str]:
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        measure.reset_peak_memory(device)
         run()
-        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+        peak = measure.peak_memory_mb(device)
+        return peak["peak_memory_mb"], peak["peak_memory_kind"]
     if mode == "train":  # what autograd keeps for backward: the cost that grows with length
         return measure.activation_memory_mb(run), "saved_activations"
     return None, "not_measured_on_cpu_forward"
 
 
 def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictConfig,
-                      device: torch.device, peak: float) -> dict:
+                      device: torch.device) -> dict:
     dim, heads = cfg.attention.dim, cfg.attention.num_heads
     module, call = build_attention(impl, dim, heads)
     module = module.to(device).train(mode == "train")
@@ -183,7 +174,7 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictC
     row = {"section": "attention", "model": impl, "mode": mode, "batch_size": batch,
            "seq_len": seq_len, "dim": dim, "num_heads": heads}
     try:
-        times = time_calls(step, device, cfg.warmup, cfg.iters)
+        times = measure.time_calls(step, device, cfg.warmup, cfg.iters)
         memory, kind = _memory(device, forward if mode == "train" else step, mode)
     except torch.OutOfMemoryError:
         return {**row, "status": "out of memory"}
@@ -192,7 +183,7 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictC
             raise
         return {**row, "status": f"no {cfg.attention.sdpa_backend} kernel"}
     flops = step_flops(impl_flops(impl, batch, seq_len, dim), mode)
-    return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops, peak),
+    return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops),
             "peak_memory_mb": memory, "memory_kind": kind}
 
 
@@ -208,7 +199,7 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
         for job in tqdm(jobs, desc=f"attention, round {round_ + 1}/{a.repeats}", disable=not progress):
             torch.manual_seed(cfg.seed)
-            row = measure_attention(*job, cfg, device, math.nan)
+            row = measure_attention(*job, cfg, device)
             kept = best.get(job)
             if kept is None or (row["status"] == "ok" and (kept["status"] != "ok"
                                                            or row["step_ms"] < kept["step_ms"])):
@@ -218,12 +209,10 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
 
 # ---------------------------------------------------------------- (b) task models
 def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
-    from hydra import compose, initialize_config_dir
+    from bench.cli import compose_config
 
-    from bench.cli import CONF_DIR
-
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab-speed"):
-        run_cfg = compose("config", overrides=[*cfg.tasks.run_overrides, f"task={task}", f"model={model}"])
+    run_cfg = compose_config("config", [*cfg.tasks.run_overrides, f"task={task}", f"model={model}"],
+                             "speed")
     run_cfg.data_dir, run_cfg.cache_dir, run_cfg.seed = cfg.data_dir, cfg.cache_dir, cfg.seed
     return run_cfg
 
@@ -285,8 +274,8 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
-def measure_task_model(task_name: str, model_name: str, cfg: DictConfig, device: torch.device,
-                       peak: float) -> list[dict]:
+def measure_task_model(task_name: str, model_name: str, cfg: DictConfig,
+                       device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights; the best of each is
     kept, so a hiccup of the machine does not pass for engine overhead."""
@@ -321,7 +310,7 @@ def measure_task_model(task_name: str, model_name: str, cfg: DictConfig, device:
     step_s = batch_size / max(bare)
     data_s = _data_seconds_per_batch(loader, timed)
     train = {**base, "mode": "train",
-             **rates(step_s, batch_size, 0, step_flops(forward_flops, "train"), peak),
+             **rates(step_s, batch_size, 0, step_flops(forward_flops, "train")),
              "timed_steps": timed, "engine_samples_per_s": max(engine),
              "engine_overhead": 1 - max(engine) / max(bare),
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
@@ -330,18 +319,18 @@ def measure_task_model(task_name: str, model_name: str, cfg: DictConfig, device:
     train["memory_kind"] = "saved_activations"
     model.eval()
     with torch.no_grad(), precision(device, cfg.dtype):
-        infer_times = time_calls(lambda: task.infer(model, example), device, cfg.warmup, cfg.iters)
+        infer_times = measure.time_calls(lambda: task.infer(model, example), device, cfg.warmup, cfg.iters)
     infer = {**base, "mode": "infer",
-             **rates(statistics.median(infer_times), batch_size, 0, forward_flops, peak)}
+             **rates(statistics.median(infer_times), batch_size, 0, forward_flops)}
     for row in (train, infer):
         row.pop("tokens_per_s")
     return [train, infer]
 
 
-def task_rows(cfg: DictConfig, device: torch.device, peak: float, progress: bool) -> Iterator[dict]:
+def task_rows(cfg: DictConfig, device: torch.device, progress: bool) -> Iterator[dict]:
     jobs = [(t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
     for task_name, model_name in tqdm(jobs, desc="task models", disable=not progress):
-        yield from measure_task_model(task_name, model_name, cfg, device, peak)
+        yield from measure_task_model(task_name, model_name, cfg, device)
 
 
 # ---------------------------------------------------------------- the whole benchmark
@@ -389,14 +378,13 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         rows += attention_rows(cfg, device, progress, peaks)
     if cfg.tasks.enabled:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
-        rows += task_rows(cfg, device, math.nan, progress)
+        rows += task_rows(cfg, device, progress)
     peak = max(peaks)  # the best the machine showed in this run
-    frame = pd.DataFrame(rows)
-    frame["peak_share"] = frame["achieved_gflop_s"] / peak
+    frame = with_peak_share(pd.DataFrame(rows), peak)
     context = {"sdpa_backend": cfg.attention.sdpa_backend,
                "device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
                "torch": torch.__version__, "dtype": cfg.dtype, "compile": bool(cfg.compile),
-               "warmup": cfg.warmup, "iters": cfg.iters, "matmul_peak_gflop_s": peak, "seed": cfg.seed}
+               "warmup": cfg.warmup, "iters": cfg.iters, "seed": cfg.seed}
     for key, value in context.items():
         frame[key] = value
     return frame

@@ -32,9 +32,10 @@ def test_training_counts_three_forwards():
 
 
 def test_rates_from_a_step_time():
-    r = speed.rates(step_seconds=0.5, samples=32, tokens=32 * 128, flops=60e9, peak_gflops=200.0)
+    r = speed.rates(step_seconds=0.5, samples=32, tokens=32 * 128, flops=60e9)
     assert r["step_ms"] == 500.0 and r["samples_per_s"] == 64.0 and r["tokens_per_s"] == 8192.0
-    assert r["achieved_gflop_s"] == 120.0 and math.isclose(r["peak_share"], 0.6)
+    shared = speed.with_peak_share(pd.DataFrame([r]), peak_gflops=200.0).iloc[0]
+    assert r["achieved_gflop_s"] == 120.0 and math.isclose(shared["peak_share"], 0.6)
 
 
 def test_grid_respects_the_token_cap():
