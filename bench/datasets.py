@@ -111,7 +111,8 @@ def download(data_dir: Path, source: DatasetSource, base_url: str | None = None,
         raise BenchError(f"{root} is not writable; pass a writable --data-dir PATH")
     url = mirror_url(base_url, source) if base_url else source.url
     sums = source.checksums()
-    todo = [n for n, digest in sums.items() if not (root / n).is_file() or sha256(root / n) != digest]
+    found = check(data_dir, source)
+    todo = found.missing + found.corrupt
     for folder in {(root / n).parent for n in todo}:  # before the threads, which would race
         folder.mkdir(parents=True, exist_ok=True)
     fetcher = pooch.create(path=root, base_url=url,
