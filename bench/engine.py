@@ -1,7 +1,8 @@
 """The one train/eval loop every task and model goes through.
 
-AdamW, linear warm-up then cosine decay, gradient clipping, validation after each epoch,
-the best-validation checkpoint kept and evaluated on the test split at the end.
+AdamW, linear warm-up then cosine decay, gradient clipping, an optional moving average of
+the weights, validation after each epoch, the best-validation checkpoint kept and evaluated on
+the test split at the end.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from timm.utils import ModelEmaV3
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -77,6 +79,10 @@ def fit(
         optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
     )
 
+    # timm's EMA with warm-up: early steps average over few updates, so short runs benefit too.
+    ema = ModelEmaV3(model, decay=cfg.ema_decay, use_warmup=True) if cfg.get("ema_decay") else None
+    evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
+
     first = task.to_device(next(iter(train_loader)), device)
     activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
     measure.reset_peak_memory(device)
@@ -112,6 +118,8 @@ def fit(
             optimizer.step()
             scheduler.step()
             step += 1
+            if ema is not None:
+                ema.update(model, step=step)
             measure.synchronize(device)  # so the step time is real on CUDA
             elapsed = time.perf_counter() - t0
             if step > cfg.timing_warmup_steps:  # steady state only
@@ -127,7 +135,7 @@ def fit(
         bar.close()
         if loss_count == 0:
             break
-        val = task.evaluate(model.eval(), val_loader, device)
+        val = task.evaluate(evaluated.eval(), val_loader, device)
         history.append({"epoch": epoch, "step": step, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
@@ -137,7 +145,7 @@ def fit(
         )
         if _improved(val["metric"], best_val, task.higher_is_better):
             best_val, best_epoch = val["metric"], epoch
-            atomic_torch_save(run_dir / CHECKPOINT, model.state_dict())
+            atomic_torch_save(run_dir / CHECKPOINT, evaluated.state_dict())
     train_seconds = time.perf_counter() - train_start
 
     model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
@@ -154,6 +162,7 @@ def fit(
         "checkpoint_selection": (
             f"best validation {task.metric_name} "
             f"({'max' if task.higher_is_better else 'min'}) after each epoch: epoch {best_epoch}"
+            + ("" if ema is None else f", of the weights' moving average (EMA decay {cfg.ema_decay})")
         ),
         "history": history,
         "train_seconds": train_seconds,

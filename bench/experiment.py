@@ -39,6 +39,7 @@ _NUMERIC_RULES = {
     "trainer.lr": (float, 0, None, False),
     "trainer.weight_decay": (float, 0, None, True),
     "trainer.warmup_epochs": (float, 0, None, True),
+    "trainer.ema_decay": (float, 0, 1, False),
     "trainer.timing_warmup_steps": (int, 0, None, True),
     "trainer.infer_iters": (int, 1, None, True),
     "model.dim": (int, 1, None, True),

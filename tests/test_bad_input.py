@@ -132,6 +132,8 @@ CATALOGUE: dict[str, Case] = {
     "epochs-negative": Case([*DIGITS, "trainer.epochs=-2"], "trainer.epochs must be >= 1"),
     "max-steps-zero": Case([*DIGITS, "trainer.max_steps=0"], "trainer.max_steps must be >= 1"),
     "lr-not-positive": Case([*DIGITS, "trainer.lr=0"], "trainer.lr must be > 0"),
+    "ema-decay-out-of-range": Case([*DIGITS, "trainer.ema_decay=1"],
+                                   "trainer.ema_decay must be > 0 and < 1"),
     "dropout-out-of-range": Case([*DIGITS, "model.dropout=1.5"], "model.dropout must be >= 0 and < 1"),
     "not-a-number": Case([*DIGITS, "model.dim=wide"], "model.dim must be an integer"),
     "negative-seed": Case([*DIGITS, "seed=-1"], "seed must be >= 0"),

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
+from timm.utils import ModelEmaV3
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -70,6 +71,42 @@ def test_max_steps_caps_training(tmp_path):
     out = fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), cfg, torch.device("cpu"), tmp_path,
               seed=0, progress=False)
     assert out["steps"] == 4 and out["epochs_run"] == 1
+
+
+def test_ema_checkpoint_is_the_moving_average_of_the_unchanged_trajectory(tmp_path):
+    """With trainer.ema_decay, training follows the same weights as without; validation,
+    checkpoint and test use timm's warmed-up moving average of them, updated once per step."""
+    task, splits = ToyTask(), ToyTask().load(0)
+    torch.manual_seed(0)
+    start = nn.Linear(4, 2).state_dict()
+    cfg = OmegaConf.merge(TRAINER, {"max_steps": 10})  # one epoch: its checkpoint is final
+
+    def train(ema_decay, run_dir):
+        model = nn.Linear(4, 2)
+        model.load_state_dict(start)
+        seen = []  # the weights each training step starts from
+
+        def record(module, _):
+            if module.training and torch.is_grad_enabled():
+                seen.append(module.weight.detach().clone())
+
+        model.register_forward_pre_hook(record)
+        out = fit(task, model, splits, OmegaConf.merge(cfg, {"ema_decay": ema_decay}),
+                  torch.device("cpu"), run_dir, seed=0, progress=False)
+        return out, seen[-10:], load_state_dict(run_dir / CHECKPOINT)["weight"]
+
+    raw, raw_path, raw_final = train(None, tmp_path / "raw")
+    ema, ema_path, ema_final = train(0.5, tmp_path / "ema")
+    for a, b in zip(raw_path, ema_path, strict=True):
+        torch.testing.assert_close(a, b)  # the average never feeds back into training
+    path = [*raw_path[1:], raw_final]  # weights after steps 1..10
+    average = raw_path[0].clone()
+    for step, weights in enumerate(path, start=1):
+        decay = ModelEmaV3(nn.Linear(4, 2), decay=0.5, use_warmup=True).get_decay(step)
+        average = decay * average + (1 - decay) * weights
+    torch.testing.assert_close(ema_final, average)
+    assert not torch.allclose(ema_final, raw_final)
+    assert "EMA decay 0.5" in ema["checkpoint_selection"] and "EMA" not in raw["checkpoint_selection"]
 
 
 def test_non_finite_loss_fails_the_run(tmp_path):
