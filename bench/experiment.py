@@ -46,6 +46,7 @@ _NUMERIC_RULES = {
     "model.depth": (int, 1, None, True),
     "model.num_heads": (int, 1, None, True),
     "model.dropout": (float, 0, 1, True),
+    "task.mixup_alpha": (float, 0, None, True),
 }
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
@@ -136,9 +137,10 @@ class ClassificationTask(Task):
 
     metric_name = "accuracy"
 
-    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
+    def __init__(self, *args, label_smoothing: float = 0.0, mixup_alpha: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.label_smoothing = label_smoothing
+        self.mixup_alpha = mixup_alpha
 
     @torch.no_grad()
     def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
@@ -152,8 +154,22 @@ class ClassificationTask(Task):
                 "heads": model.cls_attention_grid(x)[0].cpu()}
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
-        logits = model(*self.model_inputs(batch))
-        return F.cross_entropy(logits, batch[-1], label_smoothing=self.label_smoothing)
+        inputs, labels = self.model_inputs(batch), batch[-1]
+        if not (self.mixup_alpha and model.training):
+            return F.cross_entropy(model(*inputs), labels, label_smoothing=self.label_smoothing)
+        # Mixup (Zhang et al., 2018) in timm's "batch" mode: one Beta(a, a) weight per batch,
+        # each sample blended with the batch reversed. Written out because timm's Mixup needs
+        # an even batch, and the engine keeps the last partial batch so every sample is seen.
+        lam = float(np.random.beta(self.mixup_alpha, self.mixup_alpha))
+        logits = model(*self.mix_inputs(inputs, lam))
+        loss = lambda y: F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
+        return lam * loss(labels) + (1 - lam) * loss(labels.flip(0))
+
+    def mix_inputs(self, inputs: Batch, lam: float) -> Batch:
+        """Blend each sample's input with the reversed batch's (the first input; the rest,
+        such as lengths, kept)."""
+        x, *rest = inputs
+        return (lam * x + (1 - lam) * x.flip(0), *rest)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, loader: DataLoader, device: torch.device,

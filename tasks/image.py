@@ -113,9 +113,10 @@ class ImageTask(ClassificationTask):
         self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
         patch_size: int | None = None, patch_stride: int | None = None, val_size: int = 5000,
         split_seed: int = 0, max_shift: int | None = None, hflip: bool | None = None,
-        label_smoothing: float = 0.0,
+        label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
     ) -> None:
-        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing)
+        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing,
+                         mixup_alpha=mixup_alpha)
         loaders = {"fashion_mnist": self._fashion_mnist, "digits": self._digits}
         if dataset not in loaders:
             raise BenchError(
@@ -178,7 +179,8 @@ class ImageTask(ClassificationTask):
             "sizes": {"train": len(train_idx), "val": n_val, "test": len(y_test)},
             "normalisation": {"mean": mean, "std": std, "from": "train split"},
             "validation_split": f"{n_val} images of train, fixed by split_seed={self.split_seed}",
-            "augmentation": {"max_shift": self.max_shift, "hflip": self.hflip},
+            "augmentation": {"max_shift": self.max_shift, "hflip": self.hflip,
+                             "mixup_alpha": self.mixup_alpha},
         }
         return Splits(
             TensorDataset(norm(x_train[train_idx]), y_train[train_idx]),

@@ -50,9 +50,10 @@ class SpeechTask(ClassificationTask):
         synth_per_digit: int = 100, synth_seed: int = 0,
         patch_size: tuple[int, int] = (8, 8), patch_stride: tuple[int, int] = (8, 4),
         specaugment: bool = False, freq_mask: int = 8, time_mask: int = 10,
-        time_shift: bool = False, label_smoothing: float = 0.0,
+        time_shift: bool = False, label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
     ) -> None:
-        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing)
+        super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing,
+                         mixup_alpha=mixup_alpha)
         readers = {"fsdd": self._read_fsdd, "synth_digits": self._read_synth}
         if dataset not in readers:
             raise BenchError(f"unknown speech dataset '{dataset}'; choose one of {', '.join(readers)}")
@@ -216,6 +217,7 @@ class SpeechTask(ClassificationTask):
             },
             "specaugment": self.specaugment,
             "time_shift": self.time_shift,
+            "mixup_alpha": self.mixup_alpha,
         }
         return Splits(part(train), part(val), part(test), info)
 
@@ -226,6 +228,11 @@ class SpeechTask(ClassificationTask):
         if self.specaugment:
             x = self.masks(x)
         return x, lengths, y
+
+    def mix_inputs(self, inputs: Batch, lam: float) -> Batch:
+        """A blend of two clips lasts as long as the longer one (what an RNN reads)."""
+        x, lengths = inputs
+        return lam * x + (1 - lam) * x.flip(0), torch.maximum(lengths, lengths.flip(0))
 
     # ------------------------------------------------------------------ models
     def model_builders(self):

@@ -135,6 +135,7 @@ CATALOGUE: dict[str, Case] = {
     "ema-decay-out-of-range": Case([*DIGITS, "trainer.ema_decay=1"],
                                    "trainer.ema_decay must be > 0 and < 1"),
     "dropout-out-of-range": Case([*DIGITS, "model.dropout=1.5"], "model.dropout must be >= 0 and < 1"),
+    "mixup-negative": Case([*DIGITS, "task.mixup_alpha=-1"], "task.mixup_alpha must be >= 0"),
     "not-a-number": Case([*DIGITS, "model.dim=wide"], "model.dim must be an integer"),
     "negative-seed": Case([*DIGITS, "seed=-1"], "seed must be >= 0"),
     "bad-progress": Case([*DIGITS, "progress=maybe"], "progress must be auto, true or false"),

@@ -2,8 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from omegaconf import OmegaConf
 from timm.utils import ModelEmaV3
 from torch import nn
@@ -107,6 +109,20 @@ def test_ema_checkpoint_is_the_moving_average_of_the_unchanged_trajectory(tmp_pa
     torch.testing.assert_close(ema_final, average)
     assert not torch.allclose(ema_final, raw_final)
     assert "EMA decay 0.5" in ema["checkpoint_selection"] and "EMA" not in raw["checkpoint_selection"]
+
+
+def test_mixup_loss_blends_inputs_and_targets_in_training_only():
+    task, model = ToyTask(), nn.Linear(4, 2)
+    task.mixup_alpha = 0.4
+    x, y = torch.randn(7, 4), torch.tensor([0, 1, 1, 0, 1, 0, 0])  # odd: the engine keeps partial batches
+    np.random.seed(3)
+    lam = np.random.beta(0.4, 0.4)
+    mixed = model(lam * x + (1 - lam) * x.flip(0))
+    expected = lam * F.cross_entropy(mixed, y) + (1 - lam) * F.cross_entropy(mixed, y.flip(0))
+    np.random.seed(3)
+    torch.testing.assert_close(task.loss(model.train(), (x, y)), expected)
+    assert not torch.allclose(task.loss(model.train(), (x, y)), F.cross_entropy(model(x), y))
+    torch.testing.assert_close(task.loss(model.eval(), (x, y)), F.cross_entropy(model(x), y))
 
 
 def test_non_finite_loss_fails_the_run(tmp_path):

@@ -137,3 +137,12 @@ def test_time_shift_moves_each_clip_whole_within_the_window():
         expected = torch.zeros(frames)
         expected[s:s + n] = torch.arange(1, n + 1).float()
         assert torch.equal(shifted[i, 0, 1], expected)
+
+
+def test_mixup_blends_clips_and_keeps_the_longer_length(synth_cache):
+    task = _synth_task(synth_cache, mixup_alpha=0.4)
+    x = torch.stack([torch.full((1, 2, 5), float(i)) for i in range(4)])
+    mixed, lengths = task.mix_inputs((x, torch.tensor([5, 2, 3, 1])), lam=0.75)
+    torch.testing.assert_close(mixed[0], torch.full((1, 2, 5), 0.75 * 0 + 0.25 * 3))
+    torch.testing.assert_close(mixed[1], torch.full((1, 2, 5), 0.75 * 1 + 0.25 * 2))
+    assert lengths.tolist() == [5, 3, 3, 5]
