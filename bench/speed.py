@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
+from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -210,23 +211,26 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
 # ---------------------------------------------------------------- (b) task models
 def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
     from bench.cli import compose_config
+    from bench.experiment import validate
 
     run_cfg = compose_config("config", [*cfg.tasks.run_overrides, f"task={task}", f"model={model}"],
                              "speed")
     run_cfg.data_dir, run_cfg.cache_dir, run_cfg.seed = cfg.data_dir, cfg.cache_dir, cfg.seed
+    validate(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
     return run_cfg
 
 
 def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, device: torch.device,
                dtype: str, warmup: int) -> float:
     """Samples/s of the plainest loop that does the recipe's work (augmentation, loss, backward,
-    clipping, the recipe's AdamW step) over batches already in memory, counted as the engine
-    counts: timed samples / timed seconds. What the engine adds on top (its data loader,
-    schedule, checks, bookkeeping and progress bar) is its overhead."""
+    clipping, the recipe's AdamW step and weight average) over batches already in memory,
+    counted as the engine counts: timed samples / timed seconds. What the engine adds on top
+    (its data loader, schedule, checks, bookkeeping and progress bar) is its overhead."""
     from bench.engine import build_optimizer
 
     optimizer = build_optimizer(model, run_cfg.trainer)
-    clip = run_cfg.trainer.grad_clip
+    clip, ema_decay = run_cfg.trainer.grad_clip, run_cfg.trainer.get("ema_decay")
+    ema = ModelEmaV3(model, decay=ema_decay, use_warmup=True) if ema_decay else None
     model.train()
     samples, seconds = 0, 0.0
     for i, batch in enumerate(batches):
@@ -240,6 +244,8 @@ def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, devic
         if clip:
             nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
         optimizer.step()
+        if ema is not None:
+            ema.update(model, step=i + 1)
         if i >= warmup:
             samples += batch[-1].shape[0]
             seconds += time.perf_counter() - start
@@ -371,6 +377,10 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         torch.set_num_threads(cfg.threads)
     if not (cfg.attention.enabled or cfg.tasks.enabled):
         raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
+    if cfg.tasks.enabled:  # an impossible recipe stops here, before minutes of timing
+        for task_name in cfg.tasks.names:
+            for model_name in cfg.tasks.models:
+                _run_config(cfg, task_name, model_name)
     torch.manual_seed(cfg.seed)
     peaks: list[float] = []
     rows: list[dict] = []

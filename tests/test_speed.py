@@ -84,7 +84,10 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
                   "attention.seq_lens=[8,16]", "attention.dim=32", "attention.num_heads=4",
                   "warmup=1", "iters=2", "matmul_size=128", "tasks.names=[image]",
                   "tasks.models=[attention,gru]", "tasks.timed_steps=3", "tasks.repeats=1",
-                  "attention.repeats=2", "tasks.min_seconds=0", timeout=600)
+                  "attention.repeats=2", "tasks.min_seconds=0",
+                  # a recipe with mixup and a weight average: the bare loop does that work too
+                  "tasks.run_overrides=['suite=quick','task.mixup_alpha=0.2','trainer.ema_decay=0.9']",
+                  timeout=600)
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "speed.csv")
     attention = frame[frame["section"] == "attention"]
@@ -113,6 +116,7 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("dtype=fp8", "dtype must be float32 or bf16"),
     ("iters=0", "iters must be >= 1"),
     ("nonsense=1", "unknown config key 'nonsense'"),
+    ("tasks.run_overrides=['trainer.ema_decay=2']", "trainer.ema_decay must be > 0 and < 1"),
 ])
 def test_speed_bad_input_is_one_line(tmp_path, override, message):
     out = run_cli("speed", f"results_dir={tmp_path}", override)
