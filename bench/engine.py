@@ -42,6 +42,12 @@ def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 
+def build_ema(model: nn.Module, cfg: DictConfig) -> ModelEmaV3 | None:
+    """timm's moving average of the weights when ``cfg.ema_decay`` is set. Its warm-up averages
+    over few updates early on, so short runs benefit too."""
+    return ModelEmaV3(model, decay=cfg.ema_decay, use_warmup=True) if cfg.get("ema_decay") else None
+
+
 def warmup_cosine(warmup_steps: int, total_steps: int, min_lr_ratio: float):
     """LR multiplier: linear from ~0 to 1 over warm-up, then cosine down to ``min_lr_ratio``."""
 
@@ -79,8 +85,7 @@ def fit(
         optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
     )
 
-    # timm's EMA with warm-up: early steps average over few updates, so short runs benefit too.
-    ema = ModelEmaV3(model, decay=cfg.ema_decay, use_warmup=True) if cfg.get("ema_decay") else None
+    ema = build_ema(model, cfg)
     evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
 
     first = task.to_device(next(iter(train_loader)), device)

@@ -22,7 +22,6 @@ from typing import Any
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
-from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -226,11 +225,10 @@ def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, devic
     clipping, the recipe's AdamW step and weight average) over batches already in memory,
     counted as the engine counts: timed samples / timed seconds. What the engine adds on top
     (its data loader, schedule, checks, bookkeeping and progress bar) is its overhead."""
-    from bench.engine import build_optimizer
+    from bench.engine import build_ema, build_optimizer
 
     optimizer = build_optimizer(model, run_cfg.trainer)
-    clip, ema_decay = run_cfg.trainer.grad_clip, run_cfg.trainer.get("ema_decay")
-    ema = ModelEmaV3(model, decay=ema_decay, use_warmup=True) if ema_decay else None
+    clip, ema = run_cfg.trainer.grad_clip, build_ema(model, run_cfg.trainer)
     model.train()
     samples, seconds = 0, 0.0
     for i, batch in enumerate(batches):
@@ -280,14 +278,12 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
-def measure_task_model(task_name: str, model_name: str, cfg: DictConfig,
-                       device: torch.device) -> list[dict]:
+def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights; the best of each is
     kept, so a hiccup of the machine does not pass for engine overhead."""
     from bench.experiment import build_task, seed_everything
 
-    run_cfg = _run_config(cfg, task_name, model_name)
     task = build_task(run_cfg)
     seed_everything(cfg.seed)
     splits = task.load(cfg.seed)
@@ -304,7 +300,7 @@ def measure_task_model(task_name: str, model_name: str, cfg: DictConfig,
     batches = _in_memory_batches(task, loader, steps, device)
     example = task.model_inputs(batches[0])
     forward_flops = measure.flops_per_sample(model, example) * batch_size
-    base = {"section": "task", "model": f"{task_name}/{task.dataset}:{task.model_label(run_cfg.model)}",
+    base = {"section": "task", "model": f"{task.name}/{task.dataset}:{task.model_label(run_cfg.model)}",
             "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok"}
 
     bare, engine = [], []
@@ -333,10 +329,10 @@ def measure_task_model(task_name: str, model_name: str, cfg: DictConfig,
     return [train, infer]
 
 
-def task_rows(cfg: DictConfig, device: torch.device, progress: bool) -> Iterator[dict]:
-    jobs = [(t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
-    for task_name, model_name in tqdm(jobs, desc="task models", disable=not progress):
-        yield from measure_task_model(task_name, model_name, cfg, device)
+def task_rows(cfg: DictConfig, run_cfgs: list[DictConfig], device: torch.device,
+              progress: bool) -> Iterator[dict]:
+    for run_cfg in tqdm(run_cfgs, desc="task models", disable=not progress):
+        yield from measure_task_model(run_cfg, cfg, device)
 
 
 # ---------------------------------------------------------------- the whole benchmark
@@ -377,10 +373,9 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         torch.set_num_threads(cfg.threads)
     if not (cfg.attention.enabled or cfg.tasks.enabled):
         raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
-    if cfg.tasks.enabled:  # an impossible recipe stops here, before minutes of timing
-        for task_name in cfg.tasks.names:
-            for model_name in cfg.tasks.models:
-                _run_config(cfg, task_name, model_name)
+    # Composed (and validated) up front: an impossible recipe stops here, before minutes of timing.
+    run_cfgs = [_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models
+                if cfg.tasks.enabled]
     torch.manual_seed(cfg.seed)
     peaks: list[float] = []
     rows: list[dict] = []
@@ -388,7 +383,7 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         rows += attention_rows(cfg, device, progress, peaks)
     if cfg.tasks.enabled:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
-        rows += task_rows(cfg, device, progress)
+        rows += task_rows(cfg, run_cfgs, device, progress)
     peak = max(peaks)  # the best the machine showed in this run
     frame = with_peak_share(pd.DataFrame(rows), peak)
     context = {"sdpa_backend": cfg.attention.sdpa_backend,

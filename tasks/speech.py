@@ -231,8 +231,8 @@ class SpeechTask(ClassificationTask):
 
     def mix_inputs(self, inputs: Batch, lam: float) -> Batch:
         """A blend of two clips lasts as long as the longer one (what an RNN reads)."""
-        x, lengths = inputs
-        return lam * x + (1 - lam) * x.flip(0), torch.maximum(lengths, lengths.flip(0))
+        mixed, lengths = super().mix_inputs(inputs, lam)
+        return mixed, torch.maximum(lengths, lengths.flip(0))
 
     # ------------------------------------------------------------------ models
     def model_builders(self):
