@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 
 from bench.io import atomic_write, atomic_write_text, load_state_dict  # noqa: E402
 from bench.record import RECORD, read_record  # noqa: E402
-from bench.results import aggregate, load  # noqa: E402
+from bench.results import aggregate, label, latest_ok, load  # noqa: E402
 
 TITLES = dict(
     [
@@ -77,6 +77,7 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
             {
                 "model": group["model"],
                 "variant": group["variant"],
+                **({"setting": group["setting"]} if group["setting"].astype(bool).any() else {}),
                 "seeds": group["seeds"],
                 f"test {metric} (mean ± 95% CI)": [
                     f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g} (1 seed)"
@@ -86,10 +87,20 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
                 "train samples/s": group["train_samples_per_s"].map(_fmt),
                 "inference samples/s": group["infer_samples_per_s"].map(_fmt),
                 "GFLOPs/sample": (group["flops_per_sample"] / 1e9).map(_fmt),
+                "epochs": group["epochs_run"].map(lambda v: _fmt(v, 3)),
+                "wall (min)": (group["wall_time_s"] / 60).map(lambda v: _fmt(v, 3)),
             }
         )
         s.text(f"{task} / {dataset}")
         s.table(table)
+        budgets = group.dropna(subset=["epochs_run"])
+        if budgets["epochs_run"].round(1).nunique() > 1:
+            s.text(
+                "Not the same budget: these rows trained for different numbers of epochs ("
+                + ", ".join(f"{label(r.model, r.variant, r.setting)}: {r.epochs_run:g}"
+                            for r in budgets.itertuples())
+                + "), so their metrics do not compare like for like."
+            )
     failed = frame[frame["status"] != "ok"]
     if len(failed):
         s.text(
@@ -114,7 +125,7 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
                 yerr=0 if math.isnan(row.ci95) else row.ci95,
                 fmt="o",
                 capsize=3,
-                label=f"{row.model} ({row.variant})" if row.variant != "default" else row.model,
+                label=label(row.model, row.variant, row.setting),
             )
         ax.set_xscale("log")
         ax.set_xlabel("training samples/s (log)")
@@ -187,14 +198,14 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
 def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
     """One log-log panel per (column, label), a line per model, against ``seq_len``."""
     fig, axes = plt.subplots(1, len(columns), figsize=(4.5 * len(columns), 3.4))
-    for ax, (column, label) in zip(axes, columns, strict=True):
+    for ax, (column, axis_label) in zip(axes, columns, strict=True):
         for model, group in frame.groupby("model"):
             group = group.sort_values("seq_len")
             ax.plot(group["seq_len"], group[column], marker="o", label=model)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length")
-        ax.set_ylabel(label)
+        ax.set_ylabel(axis_label)
         ax.legend(fontsize=7)
     return fig
 
@@ -202,9 +213,8 @@ def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
 def length_section(records: list[dict]) -> Section:
     s = Section("length", TITLES["length"])
     rows = [
-        {"task": r["task"], "dataset": r["dataset"], "model": r["model"], "seed": r["seed"], **bucket}
+        {"task": r["task"], "dataset": r["dataset"], "model": r["label"], "seed": r["seed"], **bucket}
         for r in records
-        if r.get("status") == "ok"
         for bucket in (r.get("test_details") or {}).get("bleu_by_source_length", [])
     ]
     if not rows:
@@ -272,7 +282,7 @@ def attention_section(records: list[dict]) -> Section:
             continue
         shown.add(key)
         s.figure(
-            f"{rec['task']} / {rec['dataset']}: per-head attention of the {rec['model']} "
+            f"{rec['task']} / {rec['dataset']}: per-head attention of the {rec['label']} "
             f"model (seed {rec['seed']}) on the first test example.",
             _attention_figure(example),
         )
@@ -425,20 +435,25 @@ def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
                 f"{best['mean']:.3g} ± {_fmt(best['ci95'], 2)}."
             )
     by_model: dict[str, dict[str, list[float]]] = {}
+    attention_labels = set()
     for r in records:
-        if r.get("status") != "ok":
-            continue
         for b in (r.get("test_details") or {}).get("bleu_by_source_length", []):
-            by_model.setdefault(r["model"], {}).setdefault(b["source_tokens"], []).append(b["bleu"])
-    if "attention" not in by_model or len(by_model) < 2:
+            by_model.setdefault(r["label"], {}).setdefault(b["source_tokens"], []).append(b["bleu"])
+            if r["model"] == "attention":
+                attention_labels.add(r["label"])
+    if not attention_labels or len(by_model) < 2:
         return "No data: needs translation runs of attention and an RNN (BLEU by source length)."
-    if len(by_model["attention"]) < 2:  # one bucket says nothing about length
+    if len(attention_labels) > 1:
+        return ("Inconclusive: several attention settings have length buckets; compare them in "
+                "the table of metric by input length.")
+    attention = attention_labels.pop()
+    if len(by_model[attention]) < 2:  # one bucket says nothing about length
         return ("No data: all test sources fall in one length bucket; run the recall length sweep "
                 "(`mhab run -m suite=claims`) or translate longer text.")
-    longest = list(by_model["attention"])[-1]
-    attn = sum(by_model["attention"][longest]) / len(by_model["attention"][longest])
+    longest = list(by_model[attention])[-1]
+    attn = sum(by_model[attention][longest]) / len(by_model[attention][longest])
     others = {
-        m: sum(v[longest]) / len(v[longest]) for m, v in by_model.items() if m != "attention" and longest in v
+        m: sum(v[longest]) / len(v[longest]) for m, v in by_model.items() if m != attention and longest in v
     }
     if not others:
         return "No data for the longest bucket."
@@ -454,7 +469,13 @@ def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
 def build(results_dir: str | Path) -> list[Section]:
     results_dir = Path(results_dir)
     frame = load(results_dir)
-    records = [read_record(p) for p in sorted(results_dir.glob(f"runs/*/{RECORD}"))]
+    # The records the aggregate counts (ok, latest of a rerun), each named as in the tables.
+    labels = {r.run_id: label(r.model, r.variant, r.setting) for r in latest_ok(frame).itertuples()}
+    records = [
+        {**rec, "label": labels[rec.get("run_id")]}
+        for rec in (read_record(p) for p in sorted(results_dir.glob(f"runs/*/{RECORD}")))
+        if rec.get("run_id") in labels
+    ]
     agg = aggregate(frame)
     return [
         results_section(frame, agg),

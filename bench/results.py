@@ -4,36 +4,89 @@ and aggregated over seeds with t-distribution confidence intervals."""
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from scipy import stats
 
 from bench.io import atomic_write, atomic_write_text
-from bench.record import RECORD, read_record
+from bench.record import RECORD, UNHASHED_KEYS, read_record
 
 COLUMNS = [
-    "task", "dataset", "model", "model_family", "variant", "seed", "status", "metric_name",
+    "task", "dataset", "model", "model_family", "variant", "setting", "seed", "status", "metric_name",
     "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
     "infer_latency_ms_median", "flops_per_sample", "train_activation_mb", "peak_memory_mb", "epochs_run",
     "wall_time_s", "device", "device_name", "config_hash", "run_id", "error",
 ]
-GROUP = ["task", "dataset", "model", "variant"]
+GROUP = ["task", "dataset", "model", "variant", "setting"]
+MAX_SETTING_KEYS = 3
 
 
 def _row(rec: dict) -> dict:
     env = rec.get("environment") or {}
     row = {key: rec.get(key) for key in COLUMNS}
     row["device"], row["device_name"] = env.get("device"), env.get("device_name")
+    row["setting"] = ""
     return row
+
+
+def _flatten(config: dict, prefix: str = "") -> dict[str, str]:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value, default=str)
+    return flat
+
+
+def setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """For configs (by hash) of one task, dataset, model and variant: a short label per hash
+    naming the keys whose values differ, such as ``trainer.epochs=10``. Without such labels,
+    runs of different experiments would be averaged as if they were seeds of one."""
+    if len(configs) < 2:
+        return dict.fromkeys(configs, "")
+    skip = {*UNHASHED_KEYS, "hydra", "variant"}
+    flat = {h: _flatten({k: v for k, v in (c or {}).items() if k not in skip}) for h, c in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f})
+    differing = [k for k in keys if len({f.get(k, "null") for f in flat.values()}) > 1]
+    labels = {}
+    for h, f in flat.items():
+        parts = [f"{k}={f.get(k, 'null')}" for k in differing[:MAX_SETTING_KEYS]]
+        if len(differing) > MAX_SETTING_KEYS:
+            parts.append(f"+{len(differing) - MAX_SETTING_KEYS} more (config {h[:8]})")
+        labels[h] = ", ".join(parts) or f"config {h[:8]}"
+    return labels
 
 
 def load(results_dir: str | Path) -> pd.DataFrame:
     """One row per run record under ``results_dir/runs`` (directories without a record, such
-    as a run killed before it finished, are not rows)."""
-    rows = [_row(read_record(p)) for p in sorted(Path(results_dir).glob(f"runs/*/{RECORD}"))]
+    as a run killed before it finished, are not rows). Where one task, dataset, model and
+    variant was run with different configs, ``setting`` names what differs."""
+    records = [read_record(p) for p in sorted(Path(results_dir).glob(f"runs/*/{RECORD}"))]
+    rows = [_row(r) for r in records]
+    # Labels come from the ok runs (a failed try of another config should not rename them);
+    # a run that is not ok is labelled among all runs.
+    for only_ok in (False, True):
+        configs: dict[tuple, dict[str, Any]] = {}
+        for rec in records:
+            if rec.get("status") == "ok" or not only_ok:
+                group = tuple(rec.get(k) for k in GROUP[:-1])
+                configs.setdefault(group, {})[rec.get("config_hash")] = rec.get("config")
+        labels = {group: setting_labels(by_hash) for group, by_hash in configs.items()}
+        for row in rows:
+            if row["status"] == "ok" or not only_ok:
+                row["setting"] = labels[tuple(row[k] for k in GROUP[:-1])][row["config_hash"]]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def label(model: str, variant: str, setting: str) -> str:
+    """How a row of the aggregate is named in figures: the model, then what sets it apart."""
+    extra = [v for v in (variant if variant != "default" else "", setting) if v]
+    return f"{model} ({'; '.join(extra)})" if extra else model
 
 
 def save(frame: pd.DataFrame, results_dir: str | Path, stem: str = "results") -> list[Path]:
@@ -57,10 +110,18 @@ def confidence_interval(values: pd.Series, level: float = 0.95) -> float:
     return float(stats.t.ppf((1 + level) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
+def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs, where a forced rerun of the same experiment and seed replaces the earlier
+    run instead of counting as another seed."""
+    ok = frame[frame["status"] == "ok"]
+    ok = ok.sort_values("run_id", kind="stable")
+    return ok.drop_duplicates([*GROUP, "config_hash", "seed"], keep="last")
+
+
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean, std and 95% CI of the test metric over seeds, per task, dataset, model and
     variant (ok runs only), with parameters and throughput beside them."""
-    ok = frame[frame["status"] == "ok"]
+    ok = latest_ok(frame)
     if ok.empty:
         return pd.DataFrame(columns=[*GROUP, "metric_name", "seeds", "mean", "std", "ci95"])
     grouped = ok.groupby(GROUP, dropna=False)
@@ -75,6 +136,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         infer_samples_per_s=("infer_samples_per_s", "mean"),
         train_activation_mb=("train_activation_mb", "mean"),
         peak_memory_mb=("peak_memory_mb", "max"),
+        epochs_run=("epochs_run", "mean"),
         wall_time_s=("wall_time_s", "mean"),
     ).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
@@ -83,6 +145,6 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_columns(frame: pd.DataFrame) -> list[str]:
-    wanted = ["task", "dataset", "model", "seed", "status", "test_metric", "params",
+    wanted = ["task", "dataset", "model", "setting", "seed", "status", "test_metric", "params",
               "train_samples_per_s", "infer_samples_per_s", "wall_time_s"]
     return [c for c in wanted if c in frame.columns]

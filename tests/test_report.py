@@ -138,3 +138,38 @@ def test_one_length_bucket_is_no_evidence(tmp_path):
                 metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
     claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
     assert "3. Attention handles long-range dependencies. No data: all test sources fall in one" in claims
+
+
+def _markdown_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in ``text``, as header -> cell."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def test_report_flags_unequal_budgets_and_names_settings(tmp_path):
+    for model, epochs in (("attention", 10), ("gru", 1)):
+        write_record(tmp_path, f"tr-{model}", task="translation", dataset="multi30k", model=model,
+                     metric_name="bleu", test_metric=30.0, epochs_run=epochs, wall_time_s=600.0)
+    write_record(tmp_path, "tr-gru-long", task="translation", dataset="multi30k", model="gru",
+                 metric_name="bleu", test_metric=25.0, epochs_run=10, wall_time_s=1800.0,
+                 config_hash="long", config={"trainer": {"epochs": 10}})
+    results = write_report(tmp_path)[0].read_text().split("## Accuracy against throughput")[0]
+    rows = {(r["model"], r["setting"]): r for r in _markdown_rows(results)}
+    assert len(rows) == 3, "two gru configs must be two rows, not one row of two seeds"
+    assert rows[("gru", "trainer.epochs=10")]["test bleu (mean ± 95% CI)"] == "25 (1 seed)"
+    assert rows[("gru", "trainer.epochs=10")]["epochs"] == "10"
+    assert rows[("gru", "trainer.epochs=10")]["wall (min)"] == "30"
+    assert rows[("gru", "trainer.epochs=null")]["epochs"] == "1"
+    assert "Not the same budget" in results
+    assert "attention: 10, gru (trainer.epochs=10): 10, gru (trainer.epochs=null): 1" in results
+
+
+def test_report_says_nothing_of_budgets_when_they_match(tmp_path):
+    for model in ("attention", "gru"):
+        write_record(tmp_path, f"img-{model}", model=model, epochs_run=15, wall_time_s=90.0)
+    results = write_report(tmp_path)[0].read_text().split("## Accuracy against throughput")[0]
+    rows = _markdown_rows(results)
+    assert [(r["model"], r["epochs"], r["wall (min)"]) for r in rows] == [("attention", "15", "1.5"),
+                                                                         ("gru", "15", "1.5")]
+    assert "setting" not in rows[0] and "Not the same budget" not in results

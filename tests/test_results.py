@@ -78,3 +78,33 @@ def test_malformed_record_is_a_one_line_error(tmp_path):
     out = run_cli("table", str(tmp_path))
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "malformed run record" in out.stderr
+
+
+def test_different_configs_are_not_pooled_as_seeds(tmp_path):
+    def config(epochs, lr=1e-3):
+        return {"seed": 0, "results_dir": str(tmp_path), "trainer": {"epochs": epochs, "lr": lr}}
+
+    _fake_record(tmp_path, "a-1ep", config_hash="one", config=config(1), test_metric=0.5)
+    _fake_record(tmp_path, "b-10ep-s0", config_hash="ten", config=config(10), test_metric=0.9)
+    _fake_record(tmp_path, "b-10ep-s1", config_hash="ten", config=config(10), seed=1, test_metric=0.8)
+    # a failed try of a third config does not rename the ok ones
+    _fake_record(tmp_path, "c-failed", config_hash="bad", config=config(10, lr=1e30), status="failed")
+    frame = load(tmp_path).set_index("run_id")
+    assert frame.loc["a-1ep", "setting"] == "trainer.epochs=1"
+    assert frame.loc["b-10ep-s1", "setting"] == "trainer.epochs=10"
+    assert frame.loc["c-failed", "setting"] == "trainer.epochs=10, trainer.lr=1e+30"
+    agg = aggregate(frame.reset_index()).set_index("setting")
+    assert agg.loc["trainer.epochs=1", "seeds"] == 1 and agg.loc["trainer.epochs=1", "mean"] == 0.5
+    assert agg.loc["trainer.epochs=10", "seeds"] == 2
+    assert agg.loc["trainer.epochs=10", "mean"] == pytest.approx(0.85)
+
+
+def test_a_forced_rerun_replaces_the_earlier_run_of_its_seed(tmp_path):
+    _fake_record(tmp_path, "20260101-run", test_metric=0.5)
+    _fake_record(tmp_path, "20260102-rerun", test_metric=0.7)
+    _fake_record(tmp_path, "20260103-seed1", seed=1, test_metric=0.9)
+    frame = load(tmp_path)
+    assert (frame["setting"] == "").all()
+    row = aggregate(frame).iloc[0]
+    assert row["seeds"] == 2 and row["mean"] == pytest.approx(0.8)
+    assert confidence_interval(pd.Series([0.7, 0.9])) == pytest.approx(row["ci95"])
