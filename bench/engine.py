@@ -66,11 +66,25 @@ def _improved(value: float, best: float | None, higher_is_better: bool) -> bool:
     return value > best if higher_is_better else value < best
 
 
+def _log_progress(epoch: int, epochs: int, done: int, total: int, mean_loss: float,
+                  samples_per_s: float | None, seconds: float) -> None:
+    left = seconds / done * (total - done)
+    log.info(
+        "epoch %d/%d: step %d/%d, train_loss %.4f, %s samples/s, epoch ends in %dm%02ds",
+        epoch, epochs, done, total, mean_loss,
+        "-" if samples_per_s is None else f"{samples_per_s:.0f}", left // 60, left % 60,
+    )
+
+
 def fit(
     task: Task, model: nn.Module, splits: Splits, cfg: DictConfig, device: torch.device,
-    run_dir: Path, seed: int, progress: bool = True,
+    run_dir: Path, seed: int, progress: bool = True, log_every_s: float | None = None,
 ) -> dict[str, Any]:
-    """Train, select the best-validation checkpoint, evaluate it on test; return measurements."""
+    """Train, select the best-validation checkpoint, evaluate it on test; return measurements.
+
+    ``progress`` draws a bar; ``log_every_s`` logs a progress line that often instead, for
+    output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
+    epoch would otherwise say nothing until it ends."""
     train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers)
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed)
     test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed)
@@ -98,11 +112,14 @@ def fit(
     epochs = math.ceil(total_steps / steps_per_epoch)
     for epoch in range(1, epochs + 1):
         model.train()
+        epoch_steps = min(steps_per_epoch, total_steps - step)
         bar = tqdm(
-            total=min(steps_per_epoch, total_steps - step), desc=f"epoch {epoch}/{epochs}",
+            total=epoch_steps, desc=f"epoch {epoch}/{epochs}",
             disable=not progress, leave=False, dynamic_ncols=True,
         )
         loss_sum, loss_count = 0.0, 0
+        epoch_start = time.perf_counter()
+        next_log = epoch_start + log_every_s if log_every_s is not None else math.inf
         batch_iter = iter(train_loader)
         while step < total_steps:
             measure.synchronize(device)
@@ -137,6 +154,11 @@ def fit(
                 **{f"val_{task.metric_name}": "-" if best_val is None else f"{best_val:.4f}"},
                 samples_s=f"{timed_samples / timed_seconds:.0f}" if timed_seconds else "-",
             )
+            if time.perf_counter() >= next_log:
+                _log_progress(epoch, epochs, loss_count, epoch_steps, loss_sum / loss_count,
+                              timed_samples / timed_seconds if timed_seconds else None,
+                              time.perf_counter() - epoch_start)
+                next_log = time.perf_counter() + log_every_s
         bar.close()
         if loss_count == 0:
             break

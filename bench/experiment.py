@@ -21,6 +21,8 @@ from bench.errors import BenchError, RunFailed
 from bench.task import Task
 
 log = logging.getLogger(__name__)
+# With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
+PROGRESS_LOG_S = 60.0
 
 
 def seed_everything(seed: int) -> None:
@@ -141,8 +143,10 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     started = time.time()
     base["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
     try:
+        bar = show_progress(cfg.progress)
         results = engine.fit(
-            task, model, splits, cfg.trainer, device, run_dir, cfg.seed, show_progress(cfg.progress)
+            task, model, splits, cfg.trainer, device, run_dir, cfg.seed, bar,
+            log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
         )
     except KeyboardInterrupt:
         # Ctrl-C: say so in this run's record (a rerun retries it) and stop the sweep.

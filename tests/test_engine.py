@@ -229,3 +229,39 @@ def test_in_memory_loader_gives_the_default_loaders_batches_and_rng(shuffle, tmp
     got = [[y.tolist() for _, y in fast] for _epoch in range(2)], torch.rand(1)
     assert got[0] == expected[0] and torch.equal(got[1], expected[1])  # augmentation RNG untouched
     assert len(fast) == len(default) == 7
+
+
+def test_progress_lines_are_logged_when_no_bar_is_drawn(tmp_path, caplog):
+    caplog.set_level("INFO", logger="bench.engine")
+    fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), TRAINER, torch.device("cpu"), tmp_path,
+        seed=0, progress=False, log_every_s=0.0)
+    lines = [r.getMessage() for r in caplog.records if "epoch ends in" in r.getMessage()]
+    # 160 training samples in batches of 16: a line after each of the 10 steps of 3 epochs
+    assert len(lines) == 30
+    assert lines[0].startswith("epoch 1/3: step 1/10, train_loss ") and ", - samples/s," in lines[0]
+    assert lines[-1].startswith("epoch 3/3: step 10/10,") and lines[-1].endswith("epoch ends in 0m00s")
+    caplog.clear()
+    fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), TRAINER, torch.device("cpu"), tmp_path,
+        seed=0, progress=False)
+    assert not [r for r in caplog.records if "epoch ends in" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("progress", "logged"), [("auto", True), (False, False)])
+def test_a_run_without_a_terminal_logs_progress_unless_told_not_to(progress, logged, tmp_path, caplog,
+                                                                   monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from bench import experiment
+    from bench.cli import CONF_DIR
+
+    monkeypatch.setattr(experiment, "PROGRESS_LOG_S", 0.0)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    caplog.set_level("INFO", logger="bench.engine")
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "task=image", "task.dataset=digits", "model=gru", "trainer.max_steps=2", "trainer.infer_iters=1",
+            f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}", f"progress={progress}"])
+    experiment.run_experiment(cfg)
+    lines = [r.getMessage() for r in caplog.records if "epoch ends in" in r.getMessage()]
+    assert [line.split(",")[0] for line in lines] == (["epoch 1/1: step 1/2", "epoch 1/1: step 2/2"]
+                                                      if logged else [])
