@@ -20,8 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.io import atomic_write, atomic_write_text, load_state_dict  # noqa: E402
-from bench.record import RECORD, read_record  # noqa: E402
-from bench.results import aggregate, label, latest_ok, load  # noqa: E402
+from bench.results import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
 
 TITLES = dict(
     [
@@ -269,7 +268,7 @@ def attention_section(records: list[dict]) -> Section:
     shown = set()
     for rec in records:
         key = (rec["task"], rec["dataset"])
-        if rec.get("status") != "ok" or not rec.get("attention_example") or key in shown:
+        if not rec.get("attention_example") or key in shown:
             continue
         path = Path(rec["run_dir"]) / rec["attention_example"]
         if not path.is_file():
@@ -468,14 +467,11 @@ def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
 # ---------------------------------------------------------------- writing
 def build(results_dir: str | Path) -> list[Section]:
     results_dir = Path(results_dir)
-    frame = load(results_dir)
+    all_records = read_records(results_dir)
+    frame = to_frame(all_records)
     # The records the aggregate counts (ok, latest of a rerun), each named as in the tables.
     labels = {r.run_id: label(r.model, r.variant, r.setting) for r in latest_ok(frame).itertuples()}
-    records = [
-        {**rec, "label": labels[rec.get("run_id")]}
-        for rec in (read_record(p) for p in sorted(results_dir.glob(f"runs/*/{RECORD}")))
-        if rec.get("run_id") in labels
-    ]
+    records = [{**rec, "label": labels[rec["run_id"]]} for rec in all_records if rec.get("run_id") in labels]
     agg = aggregate(frame)
     return [
         results_section(frame, agg),

@@ -29,7 +29,6 @@ def _row(rec: dict) -> dict:
     env = rec.get("environment") or {}
     row = {key: rec.get(key) for key in COLUMNS}
     row["device"], row["device_name"] = env.get("device"), env.get("device_name")
-    row["setting"] = ""
     return row
 
 
@@ -62,25 +61,40 @@ def setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
     return labels
 
 
-def load(results_dir: str | Path) -> pd.DataFrame:
-    """One row per run record under ``results_dir/runs`` (directories without a record, such
-    as a run killed before it finished, are not rows). Where one task, dataset, model and
-    variant was run with different configs, ``setting`` names what differs."""
-    records = [read_record(p) for p in sorted(Path(results_dir).glob(f"runs/*/{RECORD}"))]
-    rows = [_row(r) for r in records]
+def read_records(results_dir: str | Path) -> list[dict[str, Any]]:
+    """Every run record under ``results_dir/runs`` (directories without a record, such as a run
+    killed before it finished, have none)."""
+    return [read_record(p) for p in sorted(Path(results_dir).glob(f"runs/*/{RECORD}"))]
+
+
+def _group(rec: dict) -> tuple:
+    return tuple(rec.get(k) for k in GROUP[:-1])
+
+
+def _settings(records: list[dict]) -> dict[tuple, dict[str, str]]:
+    configs: dict[tuple, dict[str, Any]] = {}
+    for rec in records:
+        configs.setdefault(_group(rec), {})[rec.get("config_hash")] = rec.get("config")
+    return {group: setting_labels(by_hash) for group, by_hash in configs.items()}
+
+
+def to_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per run record. Where one task, dataset, model and variant was run with
+    different configs, ``setting`` names what differs."""
     # Labels come from the ok runs (a failed try of another config should not rename them);
     # a run that is not ok is labelled among all runs.
-    for only_ok in (False, True):
-        configs: dict[tuple, dict[str, Any]] = {}
-        for rec in records:
-            if rec.get("status") == "ok" or not only_ok:
-                group = tuple(rec.get(k) for k in GROUP[:-1])
-                configs.setdefault(group, {})[rec.get("config_hash")] = rec.get("config")
-        labels = {group: setting_labels(by_hash) for group, by_hash in configs.items()}
-        for row in rows:
-            if row["status"] == "ok" or not only_ok:
-                row["setting"] = labels[tuple(row[k] for k in GROUP[:-1])][row["config_hash"]]
+    among_ok = _settings([r for r in records if r.get("status") == "ok"])
+    among_all = _settings(records)
+    rows = []
+    for rec in records:
+        settings = among_ok if rec.get("status") == "ok" else among_all
+        rows.append({**_row(rec), "setting": settings[_group(rec)][rec.get("config_hash")]})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def load(results_dir: str | Path) -> pd.DataFrame:
+    """The table of every run record under ``results_dir/runs``."""
+    return to_frame(read_records(results_dir))
 
 
 def label(model: str, variant: str, setting: str) -> str:

@@ -374,8 +374,8 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     if not (cfg.attention.enabled or cfg.tasks.enabled):
         raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
     # Composed (and validated) up front: an impossible recipe stops here, before minutes of timing.
-    run_cfgs = [_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models
-                if cfg.tasks.enabled]
+    run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
+                if cfg.tasks.enabled else [])
     torch.manual_seed(cfg.seed)
     peaks: list[float] = []
     rows: list[dict] = []
