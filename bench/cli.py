@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from bench.errors import BenchError, RunFailed
+from bench.errors import BenchError, RunFailed, Terminated
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("mhab")
@@ -278,6 +279,10 @@ COMMANDS = {
 }
 
 
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
@@ -294,11 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         error(f"unknown command '{command}'; choose one of: {', '.join(COMMANDS)} (see 'mhab --help')")
         return 2
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return COMMANDS[command][0](rest)
     except BenchError as e:
         error(str(e))
         return 2
+    except Terminated:
+        error("terminated (SIGTERM); finished runs are recorded")
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         error("interrupted; finished runs are recorded")
         return 130

@@ -8,3 +8,8 @@ class BenchError(Exception):
 
 class RunFailed(Exception):
     """A run started and then failed (NaN loss, crash); its record says why."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a scheduler's time limit): stops like Ctrl-C, so the run that was cut
+    short gets an ``interrupted`` record and finished runs stay as they are."""

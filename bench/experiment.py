@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench import engine, measure, record
 from bench.environment import environment, resolve_device
-from bench.errors import BenchError, RunFailed
+from bench.errors import BenchError, RunFailed, Terminated
 from bench.task import Task
 
 log = logging.getLogger(__name__)
@@ -148,9 +148,10 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
             task, model, splits, cfg.trainer, device, run_dir, cfg.seed, bar,
             log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
         )
-    except KeyboardInterrupt:
-        # Ctrl-C: say so in this run's record (a rerun retries it) and stop the sweep.
-        record.write_record(run_dir, {**base, "status": "interrupted", "error": "interrupted (Ctrl-C)",
+    except KeyboardInterrupt as e:
+        # Ctrl-C or SIGTERM: say so in this run's record (a rerun retries it) and stop the sweep.
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        record.write_record(run_dir, {**base, "status": "interrupted", "error": how,
                                       "wall_time_s": time.time() - started})
         raise
     except Exception as e:

@@ -150,3 +150,23 @@ def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
         assert after[rec["run_dir"]] == rec
     assert {r["status"] for r in after.values() if r not in finished} <= {"interrupted"}
     assert not _in_progress(tmp_path)  # the run that was cut short has its record
+
+
+def test_sigterm_records_the_run_it_cut_short(tmp_path):
+    # `kill` or a scheduler's time limit sends SIGTERM: the run says so in its record, no traceback.
+    args = ["run", "task=image", "task.dataset=digits", "model=gru", "trainer.epochs=200",
+            "trainer.batch_size=16", "trainer.infer_iters=1", "trainer.timing_warmup_steps=1",
+            f"results_dir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + SLOW_MACHINE_S
+    while time.time() < deadline and not _in_progress(tmp_path):
+        time.sleep(0.1)
+    assert _in_progress(tmp_path), "the run did not reach its first checkpoint"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("mhab: error: terminated")
+    (rec,) = read_records(tmp_path)
+    assert rec["status"] == "interrupted" and "SIGTERM" in rec["error"]
+    assert not _in_progress(tmp_path)
