@@ -173,3 +173,16 @@ def test_report_says_nothing_of_budgets_when_they_match(tmp_path):
     assert [(r["model"], r["epochs"], r["wall (min)"]) for r in rows] == [("attention", "15", "1.5"),
                                                                          ("gru", "15", "1.5")]
     assert "setting" not in rows[0] and "Not the same budget" not in results
+
+
+def test_speed_claim_names_each_attention_setting(tmp_path):
+    # Two attention configs are two measurements: the verdict gives each, not whichever came first.
+    write_record(tmp_path, "attn-small", model="attention", train_samples_per_s=400.0)
+    write_record(tmp_path, "attn-big", model="attention", train_samples_per_s=100.0,
+                 config_hash="big", config={"model": {"dim": 512}})
+    write_record(tmp_path, "gru", model="gru", train_samples_per_s=200.0)
+    claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
+    speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
+    assert speed.startswith("Mixed on this hardware")
+    assert "attention (model.dim=512) trains at 0.50x the samples/s of the fastest RNN, gru" in speed
+    assert "attention (model.dim=null) trains at 2.00x" in speed
