@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from bench.data import cache_path, data_root, verify_files
@@ -37,35 +38,35 @@ NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 
 
 class PairDataset(Dataset):
-    """Token-id pairs plus the raw text, indexed so evaluation finds the references."""
+    """Token-id pairs plus the raw text, indexed so evaluation finds the references. The ids
+    are kept as tensors too, made once, so a batch is padded without a tensor per sentence."""
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], src_text: list[str],
                  tgt_text: list[str]) -> None:
         self.src_ids, self.tgt_ids = src_ids, tgt_ids
         self.src_text, self.tgt_text = src_text, tgt_text
+        self._src = [torch.tensor(ids, dtype=torch.long) for ids in src_ids]
+        self._tgt = [torch.tensor(ids, dtype=torch.long) for ids in tgt_ids]
 
     def __len__(self) -> int:
         return len(self.src_ids)
 
-    def __getitem__(self, i: int) -> tuple[list[int], list[int], int]:
-        return self.src_ids[i], self.tgt_ids[i], i
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, int]:
+        return self._src[i], self._tgt[i], i
 
 
-def collate_pairs(items: list[tuple[list[int], list[int], int]]) -> Batch:
+def collate_pairs(items: list[tuple[Tensor | list[int], Tensor | list[int], int]]) -> Batch:
     """Pad to the batch maximum: (src, src_lengths, tgt_in = BOS + y, tgt_out = y + EOS, index)."""
-    B = len(items)
-    S = max(len(s) for s, _, _ in items)
-    T = max(len(t) for _, t, _ in items) + 1
-    src = torch.full((B, S), PAD, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    for b, (s, t, _) in enumerate(items):
-        src[b, : len(s)] = torch.tensor(s)
-        tgt_in[b, : len(t) + 1] = torch.tensor([BOS, *t])
-        tgt_out[b, : len(t) + 1] = torch.tensor([*t, EOS])
-    lengths = torch.tensor([len(s) for s, _, _ in items])
-    index = torch.tensor([i for _, _, i in items])
-    return src, lengths, tgt_in, tgt_out, index
+    src = [torch.as_tensor(s, dtype=torch.long) for s, _, _ in items]
+    tgt = [torch.as_tensor(t, dtype=torch.long) for _, t, _ in items]
+    rows = torch.arange(len(items))
+    tgt_lengths = torch.tensor([len(t) for t in tgt])
+    tgt_padded = pad_sequence(tgt, batch_first=True, padding_value=PAD)
+    tgt_in = F.pad(tgt_padded, (1, 0), value=BOS)
+    tgt_out = F.pad(tgt_padded, (0, 1), value=PAD)
+    tgt_out[rows, tgt_lengths] = EOS
+    return (pad_sequence(src, batch_first=True, padding_value=PAD), torch.tensor([len(s) for s in src]),
+            tgt_in, tgt_out, torch.tensor([i for _, _, i in items]))
 
 
 def number_phrases(src: str, tgt: str, sizes: dict[str, int], seed: int) -> dict[str, tuple[list, list]]:

@@ -7,7 +7,7 @@ import torch
 from bench.errors import BenchError
 from models.decoding import beam_search, greedy_decode, greedy_decode_without_cache
 from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq, padding_mask
-from tasks.translation import BOS, EOS, PAD, TranslationTask, collate_pairs, number_phrases
+from tasks.translation import BOS, EOS, PAD, PairDataset, TranslationTask, collate_pairs, number_phrases
 
 SMALL = {"train": 600, "val": 40, "test": 40}
 
@@ -56,6 +56,11 @@ def test_collate_pads_and_shifts_the_target():
     assert tgt_out.tolist() == [[8, 9, EOS, PAD], [8, 9, 10, EOS]]
     assert padding_mask(lengths, 3).tolist() == [[False, False, False], [False, True, True]]
     assert index.tolist() == [0, 1]
+    # The dataset hands out tensors made once; they pad to the same batch as lists.
+    dataset = PairDataset([[5, 6, 7], [5]], [[8, 9], [8, 9, 10]], ["a", "b"], ["c", "d"])
+    from_dataset = collate_pairs([dataset[0], dataset[1]])
+    assert all(torch.equal(a, b) for a, b in zip(from_dataset, (src, lengths, tgt_in, tgt_out, index),
+                                                 strict=True))
 
 
 def _transformer():
