@@ -148,12 +148,13 @@ def fit(
                 timed_samples += batch[-1].shape[0]
                 timed_seconds += elapsed
             loss_sum, loss_count = loss_sum + loss_value, loss_count + 1
-            bar.update()
-            bar.set_postfix(
-                loss=f"{loss_value:.3f}",
-                **{f"val_{task.metric_name}": "-" if best_val is None else f"{best_val:.4f}"},
-                samples_s=f"{timed_samples / timed_seconds:.0f}" if timed_seconds else "-",
-            )
+            if progress:  # formatting the postfix costs a little on every step
+                bar.update()
+                bar.set_postfix(
+                    loss=f"{loss_value:.3f}",
+                    **{f"val_{task.metric_name}": "-" if best_val is None else f"{best_val:.4f}"},
+                    samples_s=f"{timed_samples / timed_seconds:.0f}" if timed_seconds else "-",
+                )
             if time.perf_counter() >= next_log:
                 _log_progress(epoch, epochs, loss_count, epoch_steps, loss_sum / loss_count,
                               timed_samples / timed_seconds if timed_seconds else None,
