@@ -49,16 +49,21 @@ class PatchEmbed2d(nn.Module):
 
 
 class PatchTransformerClassifier(nn.Module):
-    """ViT: patch embedding, cls token, transformer encoder, cls-token head."""
+    """ViT: patch embedding, cls token, transformer encoder, head. ``pool`` picks what the head
+    reads, as timm's ``global_pool`` does: ``token`` the cls token, ``avg`` the mean of the
+    patch tokens."""
 
     def __init__(
         self, input_size: int | tuple[int, int], patch_size: int | tuple[int, int],
         in_chans: int, num_classes: int, dim: int, depth: int, num_heads: int,
         mlp_ratio: float = 4.0, dropout: float = 0.0, attn_dropout: float = 0.0,
         pos_encoding: str = "learned", stride: int | tuple[int, int] | None = None,
-        norm_eps: float = 1e-6,
+        norm_eps: float = 1e-6, pool: str = "token",
     ) -> None:
         super().__init__()
+        if pool not in ("token", "avg"):
+            raise ValueError(f"unknown pool '{pool}'; choose token or avg")
+        self.pool = pool
         self.patch_embed = PatchEmbed2d(input_size, patch_size, in_chans, dim, stride)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.encoder = TransformerEncoder(
@@ -78,7 +83,8 @@ class PatchTransformerClassifier(nn.Module):
         return self.encoder(self.tokens(x))
 
     def forward_head(self, features: Tensor) -> Tensor:
-        return self.head(self.head_drop(features[:, 0]))
+        pooled = features[:, 0] if self.pool == "token" else features[:, 1:].mean(dim=1)
+        return self.head(self.head_drop(pooled))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

@@ -204,6 +204,7 @@ class ImageTask(ClassificationTask):
             num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
             num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
             attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding, stride=self.patch_stride,
+            pool=m.get("pool", "token"),
         )
 
     def _row_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:

@@ -244,7 +244,7 @@ class SpeechTask(ClassificationTask):
             input_size=(n_mels, frames), patch_size=self.patch_size, stride=self.patch_stride,
             in_chans=channels, num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
             num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
-            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding,
+            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding, pool=m.get("pool", "token"),
         )
 
     def _frame_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:

@@ -47,6 +47,20 @@ def test_from_timm_refuses_what_it_cannot_copy():
         ViT.from_timm(_timm_vit(init_values=1e-5))
 
 
+def test_avg_pool_head_reads_the_mean_of_the_patch_tokens():
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 8, 8)
+    token = ViT(input_size=8, patch_size=4, in_chans=1, num_classes=3, dim=16, depth=1, num_heads=2).eval()
+    avg = ViT(input_size=8, patch_size=4, in_chans=1, num_classes=3, dim=16, depth=1, num_heads=2,
+              pool="avg").eval()
+    avg.load_state_dict(token.state_dict())  # pooling adds no weights
+    features = token.forward_features(x)  # (B, 1 + 4 patches, dim)
+    torch.testing.assert_close(token(x), token.head(features[:, 0]))
+    torch.testing.assert_close(avg(x), token.head(features[:, 1:].mean(dim=1)))
+    with pytest.raises(ValueError, match="unknown pool 'max'"):
+        ViT(input_size=8, patch_size=4, in_chans=1, num_classes=3, dim=16, depth=1, num_heads=2, pool="max")
+
+
 @pytest.mark.parametrize(
     "size, patch, stride, expected",
     [((28, 28), (4, 4), (4, 4), (7, 7)), ((28, 28), (7, 7), (3, 3), (8, 8)),
