@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 
 from bench.data import cache_path, data_root, require_files, verify_files
 from bench.errors import BenchError
-from bench.task import Batch, ClassificationTask, Splits
+from bench.task import Batch, ClassificationTask, Splits, build_patch_classifier
 from models.attention import MultiHeadAttention
 from models.patch import PatchTransformerClassifier
 from models.rnn import GridRNNClassifier
@@ -198,14 +198,7 @@ class ImageTask(ClassificationTask):
         return {"attention": self._vit, "rnn": self._row_rnn}
 
     def _vit(self, m: DictConfig, splits: Splits) -> nn.Module:
-        channels, height, width = splits.info["input_shape"]
-        return ViT(
-            input_size=(height, width), patch_size=self.patch_size, in_chans=channels,
-            num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
-            num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
-            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding, stride=self.patch_stride,
-            pool=m.get("pool", "token"),
-        )
+        return build_patch_classifier(ViT, m, splits, self.patch_size, self.patch_stride)
 
     def _row_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
         channels, _, width = splits.info["input_shape"]

@@ -26,7 +26,7 @@ from torch.utils.data import TensorDataset
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_torch_save, load_state_dict
-from bench.task import Batch, ClassificationTask, Splits
+from bench.task import Batch, ClassificationTask, Splits, build_patch_classifier
 from models.patch import PatchTransformerClassifier
 from models.rnn import GridRNNClassifier
 
@@ -239,13 +239,7 @@ class SpeechTask(ClassificationTask):
         return {"attention": self._ast, "rnn": self._frame_rnn}
 
     def _ast(self, m: DictConfig, splits: Splits) -> nn.Module:
-        channels, n_mels, frames = splits.info["input_shape"]
-        return SpectrogramTransformer(
-            input_size=(n_mels, frames), patch_size=self.patch_size, stride=self.patch_stride,
-            in_chans=channels, num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth,
-            num_heads=m.num_heads, mlp_ratio=m.mlp_ratio, dropout=m.dropout,
-            attn_dropout=m.attn_dropout, pos_encoding=m.pos_encoding, pool=m.get("pool", "token"),
-        )
+        return build_patch_classifier(SpectrogramTransformer, m, splits, self.patch_size, self.patch_stride)
 
     def _frame_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
         channels, n_mels, _ = splits.info["input_shape"]
