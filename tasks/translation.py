@@ -266,12 +266,12 @@ class TranslationTask(Task):
         """Last-layer cross-attention, per head, for the first test pair (Transformer only)."""
         if not hasattr(model, "cross_attention"):
             return None
-        src_ids, tgt_ids, _ = splits.test[0]
-        src, lengths, tgt_in, _, _ = self.to_device(collate_pairs([(src_ids, tgt_ids, 0)]), device)
+        test: PairDataset = splits.test
+        src, lengths, tgt_in, _, _ = self.to_device(collate_pairs([test[0]]), device)
         weights = model.cross_attention(src, lengths, tgt_in)[-1][0].cpu()  # (H, T, S)
         return {"kind": "cross", "heads": weights,
-                "source_tokens": [self.sp.IdToPiece(i) for i in src_ids],
-                "target_tokens": ["<s>", *[self.sp.IdToPiece(i) for i in tgt_ids]]}
+                "source_tokens": self.sp.IdToPiece(test.src_ids[0]),
+                "target_tokens": ["<s>", *self.sp.IdToPiece(test.tgt_ids[0])]}
 
     # ------------------------------------------------------------------ training and scoring
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
