@@ -339,7 +339,7 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
         f"a single seed gives no interval, so such comparisons are marked inconclusive."
     )
     s.text("1. Several heads see more than one. " + _heads_verdict(agg))
-    s.text("2. Attention is more parallel and faster than RNNs. " + _speed_verdict(agg, results_dir))
+    s.text("2. Attention is more parallel and faster than RNNs. " + _speed_verdict(agg))
     s.text("3. Attention handles long-range dependencies. " + _long_range_verdict(agg, records))
     return s
 
@@ -376,7 +376,7 @@ def _length_table(agg: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _speed_verdict(agg: pd.DataFrame, results_dir: Path) -> str:
+def _speed_verdict(agg: pd.DataFrame) -> str:
     ratios, parts = [], []
 
     def name(row: pd.Series) -> str:  # the variant is the section; the setting sets rows apart
