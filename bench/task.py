@@ -144,6 +144,7 @@ def build_patch_classifier(cls: type[nn.Module], m: DictConfig, splits: Splits,
         num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth, num_heads=m.num_heads,
         mlp_ratio=m.mlp_ratio, dropout=m.dropout, attn_dropout=m.attn_dropout,
         pos_encoding=m.pos_encoding, pool=m.get("pool", "token"),
+        patch_embed=m.get("patch_embed", "linear"),
     )
 
 

@@ -7,6 +7,7 @@ It knows nothing of images or spectrograms: any (B, C, H, W) input is cut into p
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.transformer import TransformerEncoder
@@ -48,23 +49,68 @@ class PatchEmbed2d(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, num_patches, dim)
 
 
+class ShiftedPatchEmbed2d(nn.Module):
+    """Shifted Patch Tokenization (Lee et al., 2021, "Vision Transformer for Small-Size
+    Datasets"): the input and four copies shifted diagonally by half a patch (zero-filled) are
+    stacked on channels, cut into patches, layer-normed and projected. Each token then also sees
+    the pixels around its patch, which a ViT trained on little data otherwise has to learn."""
+
+    def __init__(
+        self, input_size: int | tuple[int, int], patch_size: int | tuple[int, int],
+        in_chans: int, dim: int, stride: int | tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        # The plain embedding checks the geometry and gives the grid; only its shape is used.
+        plain = PatchEmbed2d(input_size, patch_size, in_chans, dim, stride)
+        self.input_size, self.patch_size, self.stride = plain.input_size, plain.patch_size, plain.stride
+        self.grid, self.num_patches = plain.grid, plain.num_patches
+        self.shift = tuple(p // 2 for p in self.patch_size)
+        patch_features = 5 * in_chans * self.patch_size[0] * self.patch_size[1]
+        self.norm = nn.LayerNorm(patch_features)
+        self.proj = nn.Linear(patch_features, dim)
+
+    def shifted_copies(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, 5C, H, W): the input, then its four diagonal shifts by half a
+        patch (zero-filled where the shift uncovers the border)."""
+        sy, sx = self.shift
+        H, W = x.shape[-2:]
+        padded = F.pad(x, (sx, sx, sy, sy))
+        copies = [x] + [
+            padded[..., sy + dy: sy + dy + H, sx + dx: sx + dx + W]
+            for dy in (-sy, sy) for dx in (-sx, sx)
+        ]
+        return torch.cat(copies, dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        patches = F.unfold(self.shifted_copies(x), self.patch_size, stride=self.stride)
+        return self.proj(self.norm(patches.transpose(1, 2)))  # (B, num_patches, dim)
+
+
+PATCH_EMBEDDINGS = {"linear": PatchEmbed2d, "shifted": ShiftedPatchEmbed2d}
+
+
 class PatchTransformerClassifier(nn.Module):
     """ViT: patch embedding, cls token, transformer encoder, head. ``pool`` picks what the head
     reads, as timm's ``global_pool`` does: ``token`` the cls token, ``avg`` the mean of the
-    patch tokens."""
+    patch tokens. ``patch_embed`` is ``linear`` (the ViT's) or ``shifted`` (shifted patch
+    tokenization)."""
 
     def __init__(
         self, input_size: int | tuple[int, int], patch_size: int | tuple[int, int],
         in_chans: int, num_classes: int, dim: int, depth: int, num_heads: int,
         mlp_ratio: float = 4.0, dropout: float = 0.0, attn_dropout: float = 0.0,
         pos_encoding: str = "learned", stride: int | tuple[int, int] | None = None,
-        norm_eps: float = 1e-6, pool: str = "token",
+        norm_eps: float = 1e-6, pool: str = "token", patch_embed: str = "linear",
     ) -> None:
         super().__init__()
         if pool not in ("token", "avg"):
             raise ValueError(f"unknown pool '{pool}'; choose token or avg")
+        if patch_embed not in PATCH_EMBEDDINGS:
+            raise ValueError(
+                f"unknown patch_embed '{patch_embed}'; choose one of {', '.join(PATCH_EMBEDDINGS)}"
+            )
         self.pool = pool
-        self.patch_embed = PatchEmbed2d(input_size, patch_size, in_chans, dim, stride)
+        self.patch_embed = PATCH_EMBEDDINGS[patch_embed](input_size, patch_size, in_chans, dim, stride)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.encoder = TransformerEncoder(
             dim, depth, num_heads, mlp_ratio, dropout, attn_dropout, pos_encoding,

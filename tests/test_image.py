@@ -9,7 +9,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from bench.errors import BenchError
 from bench.measure import count_parameters
-from models.patch import PatchEmbed2d, num_patches
+from models.patch import PatchEmbed2d, ShiftedPatchEmbed2d, num_patches
 from models.rnn import GridRNNClassifier
 from tasks.image import ImageTask, ViT, random_shift_flip
 
@@ -59,6 +59,28 @@ def test_avg_pool_head_reads_the_mean_of_the_patch_tokens():
     torch.testing.assert_close(avg(x), token.head(features[:, 1:].mean(dim=1)))
     with pytest.raises(ValueError, match="unknown pool 'max'"):
         ViT(input_size=8, patch_size=4, in_chans=1, num_classes=3, dim=16, depth=1, num_heads=2, pool="max")
+
+
+def test_shifted_patch_tokens_see_the_input_and_its_four_diagonal_shifts():
+    x = torch.arange(1.0, 37.0).view(1, 1, 6, 6)
+    embed = ShiftedPatchEmbed2d(6, 2, 1, 8)
+    copies = embed.shifted_copies(x)[0]  # (5, 6, 6), shifted by half a patch = 1 pixel
+    torch.testing.assert_close(copies[0], x[0, 0])
+    padded = torch.nn.functional.pad(x[0, 0], (1, 1, 1, 1))
+    shifted = {(dy, dx): padded[1 - dy: 7 - dy, 1 - dx: 7 - dx] for dy in (-1, 1) for dx in (-1, 1)}
+    # The four copies are the four diagonal moves of the input, zeros let in, each once.
+    matches = [[torch.equal(copy, s) for s in shifted.values()] for copy in copies[1:]]
+    assert torch.tensor(matches).int().sum(0).tolist() == [1, 1, 1, 1]
+    assert torch.tensor(matches).int().sum(1).tolist() == [1, 1, 1, 1]
+    assert embed(x).shape == (1, 9, 8)  # a 3x3 grid of tokens
+    # Each token reads its own patch in all five copies: 5 x (2 x 2) features.
+    assert embed.norm.normalized_shape == (20,)
+    vit = ViT(input_size=28, patch_size=4, in_chans=1, num_classes=10, dim=16, depth=1,
+              num_heads=2, patch_embed="shifted")
+    assert vit(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+    with pytest.raises(ValueError, match="unknown patch_embed 'conv'"):
+        ViT(input_size=8, patch_size=4, in_chans=1, num_classes=3, dim=16, depth=1, num_heads=2,
+            patch_embed="conv")
 
 
 @pytest.mark.parametrize(
