@@ -214,7 +214,7 @@ def speed_command(args: list[str]) -> int:
     paths = save(frame, cfg.results_dir, stem="speed")
     shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
              "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
-             "data_share"]
+             "timing_spread", "data_share"]
     fmt = lambda v: f"{v:.4g}"
     print(frame[[c for c in shown if c in frame]].to_string(index=False, float_format=fmt))
     print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "

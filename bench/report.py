@@ -190,7 +190,7 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     tasks = speed[speed["section"] == "task"]
     if not tasks.empty:
         columns = ["model", "mode", "batch_size", "params", "step_ms", "samples_per_s",
-                   "achieved_gflop_s", "peak_share", "engine_overhead", "data_share"]
+                   "achieved_gflop_s", "peak_share", "engine_overhead", "timing_spread", "data_share"]
         s.table(tasks[[c for c in columns if c in tasks]])
 
 

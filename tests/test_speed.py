@@ -71,6 +71,25 @@ def test_targets_are_ratios_at_the_reference_point():
     assert worst["measured"] == 0.08 and not bool(worst["met"])
 
 
+@pytest.mark.parametrize("overhead, spread, met", [
+    (0.08, 0.01, False),  # a miss larger than the noise: not met
+    (0.08, 0.05, None),   # 0.08 - 0.05 <= 0.05: the machine's noise could explain the miss
+    (0.04, 0.20, True),   # under the goal, noisy or not
+])
+def test_worst_engine_overhead_within_its_timing_spread_is_undecided(overhead, spread, met):
+    frame = pd.DataFrame([
+        {"section": "task", "model": "image/digits:lstm", "mode": "train", "engine_overhead": overhead,
+         "timing_spread": spread, "data_share": 0.1}])
+    worst = speed.targets(frame).set_index("target").loc["engine overhead, worst (image/digits:lstm)"]
+    assert worst["met"] == met if met is not None else worst["met"] is None
+    assert ("undecided" in worst["goal"]) == (met is None)
+
+
+def test_spread_of_repeated_timings():
+    assert speed._spread([100.0]) == 0.0
+    assert speed._spread([100.0, 80.0, 90.0]) == pytest.approx(0.25)
+
+
 def test_targets_without_the_attention_part():
     tasks = pd.DataFrame([{"section": "task", "model": "image/digits:gru", "mode": "train",
                            "engine_overhead": 0.03, "data_share": 0.2}])
@@ -106,6 +125,7 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
         "image/digits:gru/infer", "image/digits:gru/train"]
     train = tasks[tasks["mode"] == "train"]
     assert (train["engine_samples_per_s"] > 0).all() and train["data_share"].notna().all()
+    assert (train["timing_spread"] == 0).all()  # one repeat: nothing to compare
     assert "core / torch step time" not in out.stdout  # the reference point was not measured
     assert (tmp_path / "speed.parquet").is_file()
 
