@@ -134,17 +134,18 @@ class Task(abc.ABC):
 
 def build_patch_classifier(cls: type[nn.Module], m: DictConfig, splits: Splits,
                            patch_size: int | tuple[int, int],
-                           stride: int | tuple[int, int] | None) -> nn.Module:
+                           stride: int | tuple[int, int] | None,
+                           patch_embed: str = "linear") -> nn.Module:
     """A patch transformer classifier (ViT, AST: ``models.patch.PatchTransformerClassifier`` or
     a subclass) over ``splits.info["input_shape"]`` (C, H, W), its width, depth, heads and head
-    pooling read from the model config the same way for every task."""
+    pooling read from the model config the same way for every task; the patches (size, stride,
+    embedding) are the task's frontend."""
     channels, height, width = splits.info["input_shape"]
     return cls(
         input_size=(height, width), patch_size=patch_size, stride=stride, in_chans=channels,
         num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth, num_heads=m.num_heads,
         mlp_ratio=m.mlp_ratio, dropout=m.dropout, attn_dropout=m.attn_dropout,
-        pos_encoding=m.pos_encoding, pool=m.get("pool", "token"),
-        patch_embed=m.get("patch_embed", "linear"),
+        pos_encoding=m.pos_encoding, pool=m.get("pool", "token"), patch_embed=patch_embed,
     )
 
 

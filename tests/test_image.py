@@ -5,10 +5,12 @@ import shutil
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from timm.models.vision_transformer import VisionTransformer
 
 from bench.errors import BenchError
 from bench.measure import count_parameters
+from bench.task import Splits
 from models.patch import PatchEmbed2d, ShiftedPatchEmbed2d, num_patches
 from models.rnn import GridRNNClassifier
 from tasks.image import ImageTask, ViT, random_shift_flip
@@ -132,6 +134,26 @@ def test_digits_splits_are_fixed_and_disjoint():
 def test_unknown_dataset_is_refused():
     with pytest.raises(BenchError, match="choose one of fashion_mnist, digits"):
         ImageTask("image", "cifar", None, "unused")
+
+
+def test_null_settings_take_each_datasets_recipe_and_overrides_win(tmp_path):
+    fashion = ImageTask("image", "fashion_mnist", None, str(tmp_path))
+    assert (fashion.patch_size, fashion.patch_embed, fashion.max_shift, fashion.hflip,
+            fashion.mixup_alpha) == (4, "shifted", 0, True, 0.2)
+    digits = ImageTask("image", "digits", None, str(tmp_path))
+    assert (digits.patch_size, digits.patch_embed, digits.max_shift, digits.hflip,
+            digits.mixup_alpha) == (2, "linear", 1, False, 0.0)
+    plain = ImageTask("image", "fashion_mnist", None, str(tmp_path), patch_embed="linear",
+                      hflip=False, mixup_alpha=0.0)
+    assert (plain.patch_embed, plain.hflip, plain.mixup_alpha) == ("linear", False, 0.0)
+    splits = Splits([], [], [], {"input_shape": [1, 28, 28], "num_classes": 10})
+    model_cfg = OmegaConf.create({"dim": 16, "depth": 1, "num_heads": 2, "mlp_ratio": 2.0,
+                                  "dropout": 0.0, "attn_dropout": 0.0, "pos_encoding": "learned",
+                                  "family": "attention"})
+    assert isinstance(fashion._vit(model_cfg, splits).patch_embed, ShiftedPatchEmbed2d)
+    assert isinstance(plain._vit(model_cfg, splits).patch_embed, PatchEmbed2d)
+    assert "shifted patch tokenization" in fashion.model_notes(model_cfg)
+    assert "shifted" not in plain.model_notes(model_cfg)
 
 
 def test_fashion_mnist_needs_a_data_root(tmp_path):
