@@ -278,16 +278,23 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
-def _spread(samples_per_s: list[float]) -> float:
-    """How much repeats of one measurement differ: fastest / slowest - 1 (0 for one repeat).
-    An engine overhead within it cannot be told from the machine's own run-to-run noise."""
-    return max(samples_per_s) / min(samples_per_s) - 1
+def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, float]:
+    """Engine overhead from alternating repeats: each engine pass is compared with the bare
+    pass just before it, and the median of those pairs counts, so a burst of machine noise
+    that lands on one pass moves one pair, not the verdict. Returns (overhead, spread):
+    1 - median(engine / bare), and half the interquartile range of the per-pair overheads
+    (0 for fewer than 2 pairs), the +- that this machine's noise puts on it."""
+    overheads = [1 - e / b for b, e in zip(bare, engine, strict=True)]
+    if len(overheads) < 2:
+        return overheads[0], 0.0
+    q1, _, q3 = statistics.quantiles(overheads, n=4, method="inclusive")
+    return statistics.median(overheads), (q3 - q1) / 2
 
 
 def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
-    ``tasks.repeats`` times, alternating, from the same initial weights; the best of each is
-    kept, so a hiccup of the machine does not pass for engine overhead."""
+    ``tasks.repeats`` times, alternating, from the same initial weights. The best of each gives
+    the throughput columns; the overhead is the median over the pairs (``paired_overhead``)."""
     from bench.experiment import build_task, seed_everything
 
     task = build_task(run_cfg)
@@ -320,8 +327,8 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     train = {**base, "mode": "train",
              **rates(step_s, batch_size, 0, step_flops(forward_flops, "train")),
              "timed_steps": timed, "engine_samples_per_s": max(engine),
-             "engine_overhead": 1 - max(engine) / max(bare),
-             "timing_spread": max(_spread(bare), _spread(engine)),
+             **dict(zip(("engine_overhead", "timing_spread"), paired_overhead(bare, engine),
+                        strict=True)),
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
     model.train()
     train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))

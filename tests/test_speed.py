@@ -85,9 +85,15 @@ def test_worst_engine_overhead_within_its_timing_spread_is_undecided(overhead, s
     assert ("undecided" in worst["goal"]) == (met is None)
 
 
-def test_spread_of_repeated_timings():
-    assert speed._spread([100.0]) == 0.0
-    assert speed._spread([100.0, 80.0, 90.0]) == pytest.approx(0.25)
+def test_overhead_is_the_median_of_paired_repeats():
+    assert speed.paired_overhead([100.0], [90.0]) == (pytest.approx(0.1), 0.0)
+    # One noisy burst (the bare pass at 140) moves one pair, not the median.
+    bare = [100.0, 100.0, 140.0, 100.0, 100.0]
+    engine = [98.0, 97.0, 99.0, 99.0, 98.0]
+    overhead, spread = speed.paired_overhead(bare, engine)
+    assert overhead == pytest.approx(0.02)  # per pair: .02 .03 .293 .01 .02
+    assert spread == pytest.approx((0.03 - 0.02) / 2)
+    assert 1 - max(engine) / max(bare) == pytest.approx(0.293, abs=1e-3)  # what best-of-each said
 
 
 def test_targets_without_the_attention_part():
