@@ -283,7 +283,7 @@ def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, floa
     pass just before it, and the median of those pairs counts, so a burst of machine noise
     that lands on one pass moves one pair, not the verdict. Returns (overhead, spread):
     1 - median(engine / bare), and half the interquartile range of the per-pair overheads
-    (0 for fewer than 2 pairs), the +- that this machine's noise puts on it."""
+    (0 for fewer than 2 pairs), the +- that noise within this run puts on it."""
     overheads = [1 - e / b for b, e in zip(bare, engine, strict=True)]
     if len(overheads) < 2:
         return overheads[0], 0.0
