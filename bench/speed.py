@@ -443,7 +443,7 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
         spread = float(worst.get("timing_spread", 0.0) or 0.0)
         if overhead <= 0.05 or overhead - spread > 0.05:
             add(f"engine overhead, worst ({worst['model']})", overhead, "<= 0.05", overhead <= 0.05)
-        else:  # the miss is smaller than the model's own run-to-run spread: noise, not a verdict
+        else:  # the miss is smaller than the spread of this model's pairs: noise, not a verdict
             add(f"engine overhead, worst ({worst['model']})", overhead,
                 f"<= 0.05 (undecided: within its timing spread {spread:.3f}; "
                 f"raise tasks.repeats or quiet the machine)", None)
