@@ -52,8 +52,22 @@ _NUMERIC_RULES = {
 }
 
 
+# Every model key some code reads. Hydra refuses unknown keys, except those added with `+`;
+# this catches a `+model.` key that no model would read (a typo, or a key of another group).
+MODEL_KEYS = {
+    "name", "family", "cell", "dim", "depth", "num_heads", "mlp_ratio", "dropout", "attn_dropout",
+    "pos_encoding", "bidirectional", "pool", "additive_attention", "embed_dim", "tie_embeddings",
+}
+
+
 def validate(cfg: DictConfig) -> None:
     """Catch impossible hyper-parameters before anything is built or written."""
+    unread = sorted(set(cfg.model) - MODEL_KEYS)
+    if unread:
+        raise BenchError(
+            f"model.{unread[0]} is not a model setting, so it would be ignored; check the "
+            f"spelling, or whether it belongs to the task (task.{unread[0]})"
+        )
     for key, (kind, low, high, inclusive) in _NUMERIC_RULES.items():
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:

@@ -128,6 +128,8 @@ CATALOGUE: dict[str, Case] = {
     "heads-do-not-divide-width": Case([*DIGITS, "model.num_heads=3"],
                                       "model.num_heads=3 does not divide model.dim=64"),
     "patch-larger-than-input": Case([*DIGITS, "task.patch_size=16"], "larger than the input"),
+    "unread-model-key": Case([*DIGITS, "+model.patch_embed=shifted"],
+                             "model.patch_embed is not a model setting"),
     "unknown-patch-embedding": Case([*DIGITS, "task.patch_embed=conv"],
                                     "unknown task.patch_embed 'conv'; choose one of linear, shifted"),
     "batch-size-zero": Case([*DIGITS, "trainer.batch_size=0"], "trainer.batch_size must be >= 1"),
