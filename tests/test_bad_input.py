@@ -16,8 +16,11 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+from omegaconf import OmegaConf
 
+from bench.cli import CONF_DIR
 from bench.data import SOURCES
+from bench.experiment import MODEL_KEYS
 from tests.conftest import ROOT, run_cli
 
 DIGITS = ["run", "task=image", "task.dataset=digits", "trainer.max_steps=2", "trainer.infer_iters=1"]
@@ -201,3 +204,16 @@ def test_catalogue_is_documented_in_the_readme():
     documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M))
     assert documented == set(CATALOGUE)
     assert len(CATALOGUE) >= 20
+
+
+def test_every_model_key_the_configs_set_passes_the_unread_key_check():
+    """The "unread-model-key" check must refuse only `+` keys: every key a config file gives a
+    model is in MODEL_KEYS."""
+    keys = set()
+    for path in Path(CONF_DIR).rglob("*.yaml"):
+        cfg = OmegaConf.load(path)
+        if path.parent.name in ("model", "model_size") or "@package model" in path.read_text():
+            keys |= set(cfg.keys())
+        elif "model" in cfg and OmegaConf.is_dict(cfg.model):
+            keys |= set(cfg.model.keys())
+    assert keys and keys <= MODEL_KEYS, keys - MODEL_KEYS

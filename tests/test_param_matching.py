@@ -42,21 +42,3 @@ def test_rnn_baselines_match_attention_parameters_within_10_percent(task_name, d
         rnn = _params(task_name, dataset, overrides, info)
         assert abs(rnn - attention) / attention <= 0.10, (overrides, rnn, attention)
 
-
-def test_every_model_key_in_the_configs_is_one_the_validation_knows():
-    """A key a config file gives a model must be in MODEL_KEYS, or validation would refuse it."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    from bench.experiment import MODEL_KEYS
-
-    keys = set()
-    for path in Path(CONF_DIR).rglob("*.yaml"):
-        text = path.read_text()
-        cfg = OmegaConf.load(path)
-        if path.parent.name in ("model", "model_size") or "@package model" in text:
-            keys |= set(cfg.keys())
-        elif "model" in cfg and OmegaConf.is_dict(cfg.model):
-            keys |= set(cfg.model.keys())
-    assert keys and keys <= MODEL_KEYS, keys - MODEL_KEYS
