@@ -30,6 +30,15 @@ from bench.errors import BenchError
 Batch = tuple[Tensor, ...]
 
 
+class BatchDataset(Dataset):
+    """A dataset indexed by a whole batch at once: ``dataset[indices]`` is the collated batch.
+    ``TensorDataset`` is one; an adapter subclasses this for data that needs more than
+    stacking (padding, say) and does that work once, not on every step."""
+
+    def __getitem__(self, indices: list[int]) -> Batch:
+        raise NotImplementedError
+
+
 @dataclass
 class Splits:
     train: Dataset
@@ -87,7 +96,7 @@ class Task(abc.ABC):
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
                num_workers: int = 0) -> DataLoader:
         generator = torch.Generator().manual_seed(seed)
-        if isinstance(dataset, TensorDataset) and self.collate() is None:
+        if isinstance(dataset, BatchDataset | TensorDataset) and self.collate() is None:
             # A batch of in-memory tensors is one indexing op per tensor, not one per sample
             # plus a collate: the same batches, in the same order, for a fraction of the cost.
             order = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)

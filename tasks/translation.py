@@ -24,12 +24,12 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_write
-from bench.task import Batch, Splits, Task
+from bench.task import Batch, BatchDataset, Splits, Task
 from models.decoding import beam_search, greedy_decode
 from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq
 
@@ -37,22 +37,33 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 
 
-class PairDataset(Dataset):
-    """Token-id pairs plus the raw text, indexed so evaluation finds the references. The ids
-    are kept as tensors too, made once, so a batch is padded without a tensor per sentence."""
+class PairDataset(BatchDataset):
+    """Token-id pairs plus the raw text, indexed so evaluation finds the references.
+
+    Every pair is padded once, up front (``collate_pairs`` over the whole split); a batch is
+    then a few indexing ops cut back to its own longest pair, the same tensors a per-batch
+    collate would make, without a Python loop over its sentences on every training step."""
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], src_text: list[str],
                  tgt_text: list[str]) -> None:
         self.src_ids, self.tgt_ids = src_ids, tgt_ids
         self.src_text, self.tgt_text = src_text, tgt_text
-        self._src = [torch.tensor(ids, dtype=torch.long) for ids in src_ids]
-        self._tgt = [torch.tensor(ids, dtype=torch.long) for ids in tgt_ids]
+        # An empty split stays empty (and is reported by Splits.check_not_empty).
+        items = list(zip(src_ids, tgt_ids, range(len(src_ids)), strict=True)) or [([], [], 0)]
+        self.src, self.src_lengths, self.tgt_in, self.tgt_out, _ = collate_pairs(items)
+        self.tgt_lengths = torch.tensor([len(t) for t in tgt_ids], dtype=torch.long)
 
     def __len__(self) -> int:
         return len(self.src_ids)
 
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, int]:
-        return self._src[i], self._tgt[i], i
+    def __getitem__(self, indices: list[int]) -> Batch:
+        """The batch of these pairs: (src, src_lengths, tgt_in, tgt_out, index), as
+        ``collate_pairs`` pads it."""
+        index = torch.as_tensor(indices, dtype=torch.long)
+        src_lengths = self.src_lengths[index]
+        src_width, tgt_width = int(src_lengths.max()), int(self.tgt_lengths[index].max()) + 1
+        return (self.src[index, :src_width], src_lengths, self.tgt_in[index, :tgt_width],
+                self.tgt_out[index, :tgt_width], index)
 
 
 def collate_pairs(items: list[tuple[Tensor | list[int], Tensor | list[int], int]]) -> Batch:
@@ -223,9 +234,6 @@ class TranslationTask(Task):
         }
         return Splits(datasets["train"], datasets["val"], datasets["test"], info)
 
-    def collate(self):
-        return collate_pairs
-
     def model_inputs(self, batch: Batch) -> Batch:
         src, lengths, tgt_in, _, _ = batch
         return src, lengths, tgt_in
@@ -267,7 +275,7 @@ class TranslationTask(Task):
         if not hasattr(model, "cross_attention"):
             return None
         test: PairDataset = splits.test
-        src, lengths, tgt_in, _, _ = self.to_device(collate_pairs([test[0]]), device)
+        src, lengths, tgt_in, _, _ = self.to_device(test[[0]], device)
         weights = model.cross_attention(src, lengths, tgt_in)[-1][0].cpu()  # (H, T, S)
         return {"kind": "cross", "heads": weights,
                 "source_tokens": self.sp.IdToPiece(test.src_ids[0]),

@@ -56,11 +56,25 @@ def test_collate_pads_and_shifts_the_target():
     assert tgt_out.tolist() == [[8, 9, EOS, PAD], [8, 9, 10, EOS]]
     assert padding_mask(lengths, 3).tolist() == [[False, False, False], [False, True, True]]
     assert index.tolist() == [0, 1]
-    # The dataset hands out tensors made once; they pad to the same batch as lists.
-    dataset = PairDataset([[5, 6, 7], [5]], [[8, 9], [8, 9, 10]], ["a", "b"], ["c", "d"])
-    from_dataset = collate_pairs([dataset[0], dataset[1]])
-    assert all(torch.equal(a, b) for a, b in zip(from_dataset, (src, lengths, tgt_in, tgt_out, index),
-                                                 strict=True))
+
+
+def test_batches_come_from_pairs_padded_once_and_match_a_per_batch_collate(tmp_path):
+    task = _numbers_task(tmp_path)
+    train = task.load(0).train
+    for indices in ([0, 1], [5, 2, 9], [7], list(range(40))):
+        want = collate_pairs([(train.src_ids[i], train.tgt_ids[i], i) for i in indices])
+        got = train[indices]
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), indices
+    # The loader gives what a per-sample DataLoader with collate_pairs gave, batch for batch.
+    per_sample = torch.utils.data.DataLoader(
+        list(zip(train.src_ids, train.tgt_ids, range(len(train)), strict=True)), batch_size=32,
+        shuffle=True, generator=torch.Generator().manual_seed(3), collate_fn=collate_pairs)
+    batches = list(task.loader(train, 32, True, seed=3))
+    assert len(batches) == len(per_sample)
+    for got, want in zip(batches, per_sample, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert len(batches[-1][-1]) == len(train) % 32  # the last, short batch is kept
+    assert len(PairDataset([], [], [], [])) == 0  # an empty split is left for check_not_empty
 
 
 def _transformer():
