@@ -216,10 +216,13 @@ def speed_command(args: list[str]) -> int:
              "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
              "timing_spread", "data_share"]
     fmt = lambda v: f"{v:.4g}"
-    print(frame[[c for c in shown if c in frame]].to_string(index=False, float_format=fmt))
+    table = frame[frame["section"] != "reference"]  # the rounds are summed up in the targets
+    print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))
     print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "
           f"({cfg.matmul_size}^3 float32, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
           f"{frame['threads'].iloc[0]} threads")
+    if (rounds := speed.reference_summary(frame)) is not None:
+        print(rounds)
     print(speed.targets(frame).to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0

@@ -167,7 +167,7 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed import targets
+    from bench.speed import reference_summary, targets
 
     attention = speed[(speed["section"] == "attention") & (speed["status"] == "ok")]
     train = attention[attention["mode"] == "train"]
@@ -186,6 +186,8 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
                            "achieved_gflop_s", "peak_share", "peak_memory_mb"]])
     goals = targets(speed)
     if not goals.empty:
+        if (rounds := reference_summary(speed)) is not None:
+            s.text(rounds[0].upper() + rounds[1:] + "; spread is half the interquartile range.")
         s.table(goals)
     tasks = speed[speed["section"] == "task"]
     if not tasks.empty:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -152,9 +152,8 @@ def _memory(device: torch.device, run: Callable[[], Any], mode: str) -> tuple[fl
     return None, "not_measured_on_cpu_forward"
 
 
-def measure_attention(impl: str, mode: str, batch: int, seq_len: int, cfg: DictConfig,
-                      device: torch.device) -> dict:
-    dim, heads = cfg.attention.dim, cfg.attention.num_heads
+def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, heads: int,
+                      cfg: DictConfig, device: torch.device) -> dict:
     module, call = build_attention(impl, dim, heads)
     module = module.to(device).train(mode == "train")
     runner = torch.compile(module) if cfg.compile else module
@@ -199,12 +198,36 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
         for job in tqdm(jobs, desc=f"attention, round {round_ + 1}/{a.repeats}", disable=not progress):
             torch.manual_seed(cfg.seed)
-            row = measure_attention(*job, cfg, device)
+            row = measure_attention(*job, a.dim, a.num_heads, cfg, device)
             kept = best.get(job)
             if kept is None or (row["status"] == "ok" and (kept["status"] != "ok"
                                                            or row["step_ms"] < kept["step_ms"])):
                 best[job] = row
     return list(best.values())
+
+
+def reference_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks: list[float]) -> list[dict]:
+    """The issue's reference point (``TARGET``, forward+backward), measured in
+    ``attention.reference_rounds`` rounds. Each round measures its own matmul peak first and
+    then every impl, starting one impl later than the round before, so each of the round's
+    ratios is taken between measurements seconds apart. ``targets`` takes the median over the
+    rounds: on a machine whose speed drifts, a ratio of bests from different minutes is not."""
+    impls = list(cfg.attention.impls)
+    rows = []
+    for round_ in tqdm(range(cfg.attention.reference_rounds), desc="reference point",
+                       disable=not progress):
+        peak = matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats)
+        peaks.append(peak)
+        shift = round_ % len(impls)
+        for impl in impls[shift:] + impls[:shift]:
+            torch.manual_seed(cfg.seed)
+            row = measure_attention(impl, "train", TARGET["batch_size"], TARGET["seq_len"],
+                                    TARGET["dim"], TARGET["num_heads"], cfg, device)
+            row.update(section="reference", round=round_, round_peak_gflop_s=peak)
+            if row["status"] == "ok":
+                row["round_peak_share"] = row["achieved_gflop_s"] / peak
+            rows.append(row)
+    return rows
 
 
 # ---------------------------------------------------------------- (b) task models
@@ -278,17 +301,21 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
+def median_and_spread(values: list[float]) -> tuple[float, float]:
+    """The median, and half the interquartile range (0 for a single value): the +- that noise
+    within one run puts on it."""
+    if len(values) < 2:
+        return values[0], 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), (q3 - q1) / 2
+
+
 def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, float]:
     """Engine overhead from alternating repeats: each engine pass is compared with the bare
     pass just before it, and the median of those pairs counts, so a burst of machine noise
     that lands on one pass moves one pair, not the verdict. Returns (overhead, spread):
-    1 - median(engine / bare), and half the interquartile range of the per-pair overheads
-    (0 for fewer than 2 pairs), the +- that noise within this run puts on it."""
-    overheads = [1 - e / b for b, e in zip(bare, engine, strict=True)]
-    if len(overheads) < 2:
-        return overheads[0], 0.0
-    q1, _, q3 = statistics.quantiles(overheads, n=4, method="inclusive")
-    return statistics.median(overheads), (q3 - q1) / 2
+    1 - median(engine / bare) and ``median_and_spread``'s spread of the per-pair overheads."""
+    return median_and_spread([1 - e / b for b, e in zip(bare, engine, strict=True)])
 
 
 def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
@@ -351,19 +378,20 @@ def task_rows(cfg: DictConfig, run_cfgs: list[DictConfig], device: torch.device,
 
 # ---------------------------------------------------------------- the whole benchmark
 def validate(cfg: DictConfig) -> None:
-    checks = {
-        "warmup": cfg.warmup >= 0, "iters": cfg.iters >= 1, "matmul_size": cfg.matmul_size >= 1,
-        "matmul_repeats": cfg.matmul_repeats >= 1, "tasks.timed_steps": cfg.tasks.timed_steps >= 1,
-        "tasks.repeats": cfg.tasks.repeats >= 1,
-        "tasks.min_seconds": cfg.tasks.min_seconds >= 0, "attention.repeats": cfg.attention.repeats >= 1,
-        "attention.dim": cfg.attention.dim >= 1, "attention.num_heads": cfg.attention.num_heads >= 1,
-        "attention.max_tokens": cfg.attention.max_tokens >= 1,
-        "attention.batch_sizes": all(int(b) >= 1 for b in cfg.attention.batch_sizes),
-        "attention.seq_lens": all(int(n) >= 1 for n in cfg.attention.seq_lens),
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise BenchError(f"{key} must be >= 1 (warmup >= 0), got {OmegaConf.select(cfg, key)}")
+    minimums = {"warmup": 0, "iters": 1, "matmul_size": 1, "matmul_repeats": 1, "tasks.timed_steps": 1,
+                "tasks.repeats": 1, "tasks.min_seconds": 0, "attention.repeats": 1,
+                "attention.reference_rounds": 0, "attention.dim": 1, "attention.num_heads": 1,
+                "attention.max_tokens": 1}
+    is_number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+    for key, minimum in minimums.items():
+        value = OmegaConf.select(cfg, key)
+        if not is_number(value) or value < minimum:
+            raise BenchError(f"{key} must be a number >= {minimum}, got {value!r}")
+    for key in ("attention.batch_sizes", "attention.seq_lens"):
+        values = OmegaConf.select(cfg, key)
+        values = list(values) if isinstance(values, ListConfig) else values
+        if not isinstance(values, list) or not all(isinstance(v, int) and v >= 1 for v in values):
+            raise BenchError(f"{key} must be a list of whole numbers >= 1, got {values!r}")
     if cfg.attention.dim % cfg.attention.num_heads:
         raise BenchError(f"attention.num_heads={cfg.attention.num_heads} does not divide "
                          f"attention.dim={cfg.attention.dim}")
@@ -395,6 +423,7 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     rows: list[dict] = []
     if cfg.attention.enabled:
         rows += attention_rows(cfg, device, progress, peaks)
+        rows += reference_rows(cfg, device, progress, peaks)
     if cfg.tasks.enabled:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
         rows += task_rows(cfg, run_cfgs, device, progress)
@@ -413,27 +442,57 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
+def reference_summary(frame: pd.DataFrame) -> str | None:
+    """How many reference rounds the targets come from, and how far the machine's own speed
+    moved between them: ratios closer to a goal than that swing are not decided by one round."""
+    ref = frame[frame["section"] == "reference"]
+    if ref.empty:
+        return None
+    peaks = ref.groupby("round")["round_peak_gflop_s"].first()
+    return (f"reference point (B={TARGET['batch_size']}, L={TARGET['seq_len']}, D={TARGET['dim']}, "
+            f"H={TARGET['num_heads']}): targets are medians over {len(peaks)} rounds; the rounds' "
+            f"matmul peaks ran from {peaks.min():.1f} to {peaks.max():.1f} GFLOP/s")
+
+
+def verdict(value: float, spread: float, goal: float, higher_is_better: bool,
+            hint: str) -> tuple[str, bool | None]:
+    """(goal text, met): met or not when the goal lies outside value +- spread, else None,
+    "undecided", with ``hint`` saying how to decide it."""
+    text = f"{'>=' if higher_is_better else '<='} {goal}"
+    if abs(value - goal) < spread:
+        return f"{text} (undecided: within its timing spread {spread:.3f}; {hint})", None
+    return text, value >= goal if higher_is_better else value <= goal
+
+
 def targets(frame: pd.DataFrame) -> pd.DataFrame:
-    """The issue's targets, as measured ratios at the reference point (train mode)."""
-    a = frame[(frame["section"] == "attention") & (frame["mode"] == "train")]
-    for key, value in TARGET.items():
-        a = a[a[key] == value] if key in a else a.iloc[0:0]
-    step = a.set_index("model")["step_ms"] if not a.empty else pd.Series(dtype=float)
+    """The issue's targets: ratios at the reference point, each the median over the reference
+    rounds of that round's ratio, and the engine overhead of the task models."""
     rows = []
 
-    def add(name: str, value: float | None, limit: str, passed: bool | None) -> None:
-        rows.append({"target": name, "measured": value, "goal": limit, "met": passed})
+    def add(name: str, value: float, goal: str, met: bool | None, spread: float | None = None) -> None:
+        rows.append({"target": name, "measured": value, "spread": spread, "goal": goal, "met": met})
 
-    for impl, goal in (("torch", 0.55), ("timm", 1.05)):
-        if "core" in step and impl in step:
-            ratio = step["core"] / step[impl]
-            add(f"core / {impl} step time (fwd+bwd)", ratio, f"<= {goal}", ratio <= goal)
-    if "projections" in step and "torch" in step:  # what the core/torch ratio cannot go below
-        add("floor: projections alone / torch", step["projections"] / step["torch"],
-            "(bound for core / torch)", None)
-    if "core" in step:
-        share = float(a.set_index("model").loc["core", "peak_share"])
-        add("core share of matmul peak (fwd+bwd)", share, ">= 0.70", share >= 0.70)
+    ref = frame[frame["section"] == "reference"]
+    ref = ref[ref["status"] == "ok"] if not ref.empty else ref
+    if not ref.empty:
+        step = ref.pivot_table(index="round", columns="model", values="step_ms")
+        hint = "raise attention.reference_rounds or quiet the machine"
+
+        def per_round(column: pd.Series) -> tuple[float, float]:
+            return median_and_spread(column.dropna().tolist())
+
+        for impl, goal in (("torch", 0.55), ("timm", 1.05)):
+            if {"core", impl} <= set(step):
+                ratio, spread = per_round(step["core"] / step[impl])
+                add(f"core / {impl} step time (fwd+bwd)", ratio, *verdict(ratio, spread, goal, False, hint),
+                    spread)
+        if {"projections", "torch"} <= set(step):  # what the core/torch ratio cannot go below
+            floor, spread = per_round(step["projections"] / step["torch"])
+            add("floor: projections alone / torch", floor, "(bound for core / torch)", None, spread)
+        if "core" in step:
+            share, spread = per_round(ref[ref["model"] == "core"].set_index("round")["round_peak_share"])
+            add("core share of its round's matmul peak (fwd+bwd)", share,
+                *verdict(share, spread, 0.70, True, hint), spread)
     tasks = frame[(frame["section"] == "task") & (frame["mode"] == "train")]
     if not tasks.empty:
         median = float(tasks["engine_overhead"].median())
@@ -441,12 +500,9 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
         worst = tasks.loc[tasks["engine_overhead"].idxmax()]
         overhead = float(worst["engine_overhead"])
         spread = float(worst.get("timing_spread", 0.0) or 0.0)
-        goal, met = "<= 0.05", overhead <= 0.05
-        if not met and overhead - spread <= 0.05:  # a miss within this model's spread: noise
-            goal, met = (f"<= 0.05 (undecided: within its timing spread {spread:.3f}; "
-                         f"raise tasks.repeats or quiet the machine)"), None
-        add(f"engine overhead, worst ({worst['model']})", overhead, goal, met)
+        add(f"engine overhead, worst ({worst['model']})", overhead,
+            *verdict(overhead, spread, 0.05, False, "raise tasks.repeats or quiet the machine"), spread)
         data = tasks.loc[tasks["data_share"].idxmax()]
         add(f"data time / step time, worst ({data['model']})", float(data["data_share"]), "< 1",
             bool(data["data_share"] < 1))
-    return pd.DataFrame(rows, columns=["target", "measured", "goal", "met"])
+    return pd.DataFrame(rows, columns=["target", "measured", "spread", "goal", "met"])

@@ -60,6 +60,9 @@ def results(tmp_path):
                   for model, tps in (("core", 5e6), ("torch", 3e6)) for n in (128, 1024)]
     speed_rows.append({**speed_rows[0], "section": "task", "model": "image/digits:gru", "params": 10,
                        "samples_per_s": 10.0, "engine_overhead": 0.02, "data_share": 0.1})
+    speed_rows += [{**speed_rows[0], "section": "reference", "model": model, "batch_size": 32, "round": r,
+                    "step_ms": ms * (1 + r), "round_peak_gflop_s": 60.0 + r, "round_peak_share": 0.6}
+                   for r in range(3) for model, ms in (("core", 4.0), ("torch", 8.0))]
     pd.DataFrame(speed_rows).to_csv(root / "speed.csv", index=False)
     return root
 
@@ -78,6 +81,9 @@ def test_report_has_every_section_and_valid_html(results):
     for image in (results / "report_files").glob("*.png"):
         assert image.stat().st_size > 1000
     assert "No heads ablation" not in markdown and "No speed table" not in markdown
+    # The speed targets come from the reference rounds, and say how many and how noisy.
+    assert "Reference point (B=32, L=128, D=256, H=8): targets are medians over 3 rounds" in markdown
+    assert "from 60.0 to 62.0 GFLOP/s" in markdown and "core / torch step time (fwd+bwd)" in markdown
 
 
 def test_claims_verdicts_follow_the_data(results):
