@@ -214,7 +214,7 @@ def speed_command(args: list[str]) -> int:
     paths = save(frame, cfg.results_dir, stem="speed")
     shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
              "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
-             "timing_spread", "data_share"]
+             "engine_overhead_ci_low", "engine_overhead_ci_high", "data_share"]
     fmt = lambda v: f"{v:.4g}"
     table = frame[frame["section"] != "reference"]  # the rounds are summed up in the targets
     print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))

@@ -186,13 +186,16 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
                            "achieved_gflop_s", "peak_share", "peak_memory_mb"]])
     goals = targets(speed)
     if not goals.empty:
-        if (rounds := reference_summary(speed)) is not None:
-            s.text(rounds[0].upper() + rounds[1:] + "; spread is half the interquartile range.")
+        rounds = reference_summary(speed)
+        s.text((f"{rounds[0].upper()}{rounds[1:]}. " if rounds else "") + "ci_low and ci_high bound "
+               "the 95% confidence interval of each median (none under 6 repeats); a goal inside it "
+               "is undecided.")
         s.table(goals)
     tasks = speed[speed["section"] == "task"]
     if not tasks.empty:
         columns = ["model", "mode", "batch_size", "params", "step_ms", "samples_per_s",
-                   "achieved_gflop_s", "peak_share", "engine_overhead", "timing_spread", "data_share"]
+                   "achieved_gflop_s", "peak_share", "engine_overhead", "engine_overhead_ci_low",
+                   "engine_overhead_ci_high", "data_share"]
         s.table(tasks[[c for c in columns if c in tasks]])
 
 

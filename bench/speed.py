@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import scipy.stats
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
@@ -301,21 +302,21 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
-def median_and_spread(values: list[float]) -> tuple[float, float]:
-    """The median, and half the interquartile range (0 for a single value): the +- that noise
-    within one run puts on it."""
-    if len(values) < 2:
-        return values[0], 0.0
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return statistics.median(values), (q3 - q1) / 2
+def median_ci(values: list[float]) -> tuple[float, float, float]:
+    """The median and its distribution-free 95% confidence interval, from order statistics
+    (``scipy.stats.quantile_test``): (median, low, high). It narrows as values are added; with
+    fewer than 6 values no pair of order statistics covers 95%, and low and high are NaN."""
+    median = statistics.median(values)
+    ci = scipy.stats.quantile_test(values, q=median, p=0.5).confidence_interval(0.95)
+    return median, float(ci.low), float(ci.high)
 
 
-def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, float]:
+def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, float, float]:
     """Engine overhead from alternating repeats: each engine pass is compared with the bare
     pass just before it, and the median of those pairs counts, so a burst of machine noise
-    that lands on one pass moves one pair, not the verdict. Returns (overhead, spread):
-    1 - median(engine / bare) and ``median_and_spread``'s spread of the per-pair overheads."""
-    return median_and_spread([1 - e / b for b, e in zip(bare, engine, strict=True)])
+    that lands on one pass moves one pair, not the verdict. Returns ``median_ci`` of the
+    per-pair overheads 1 - engine / bare."""
+    return median_ci([1 - e / b for b, e in zip(bare, engine, strict=True)])
 
 
 def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
@@ -350,12 +351,13 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
         model.load_state_dict(initial)
         engine.append(_engine_samples_per_s(task, model, splits, run_cfg, device, steps, cfg.warmup))
     step_s = batch_size / max(bare)
-    overhead, spread = paired_overhead(bare, engine)
+    overhead, ci_low, ci_high = paired_overhead(bare, engine)
     data_s = _data_seconds_per_batch(loader, timed)
     train = {**base, "mode": "train",
              **rates(step_s, batch_size, 0, step_flops(forward_flops, "train")),
              "timed_steps": timed, "engine_samples_per_s": max(engine),
-             "engine_overhead": overhead, "timing_spread": spread,
+             "engine_overhead": overhead, "engine_overhead_ci_low": ci_low,
+             "engine_overhead_ci_high": ci_high,
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
     model.train()
     train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
@@ -454,23 +456,30 @@ def reference_summary(frame: pd.DataFrame) -> str | None:
             f"matmul peaks ran from {peaks.min():.1f} to {peaks.max():.1f} GFLOP/s")
 
 
-def verdict(value: float, spread: float, goal: float, higher_is_better: bool,
+def verdict(value: float, low: float, high: float, goal: float, higher_is_better: bool,
             hint: str) -> tuple[str, bool | None]:
-    """(goal text, met): met or not when the goal lies outside value +- spread, else None,
-    "undecided", with ``hint`` saying how to decide it."""
+    """(goal text, met) for a median with its 95% CI: met or not when the goal lies outside the
+    CI, None ("undecided") when inside. Without a CI the median decides, and the text says so."""
     text = f"{'>=' if higher_is_better else '<='} {goal}"
-    if abs(value - goal) < spread:
-        return f"{text} (undecided: within its timing spread {spread:.3f}; {hint})", None
-    return text, value >= goal if higher_is_better else value <= goal
+    met = bool(value >= goal if higher_is_better else value <= goal)
+    if math.isnan(low):
+        return f"{text} (by the median alone: fewer than 6 repeats give no 95% CI; {hint})", met
+    if low <= goal <= high:
+        return f"{text} (undecided: the goal is inside the 95% CI; {hint})", None
+    return text, met
 
 
 def targets(frame: pd.DataFrame) -> pd.DataFrame:
     """The issue's targets: ratios at the reference point, each the median over the reference
-    rounds of that round's ratio, and the engine overhead of the task models."""
+    rounds of that round's ratio, and the engine overhead of the task models; each with the
+    95% CI of its median where it has one."""
     rows = []
+    nan = float("nan")
 
-    def add(name: str, value: float, goal: str, met: bool | None, spread: float | None = None) -> None:
-        rows.append({"target": name, "measured": value, "spread": spread, "goal": goal, "met": met})
+    def add(name: str, value: float, goal: str, met: bool | None, low: float = nan,
+            high: float = nan) -> None:
+        rows.append({"target": name, "measured": value, "ci_low": low, "ci_high": high, "goal": goal,
+                     "met": met})
 
     ref = frame[frame["section"] == "reference"]
     ref = ref[ref["status"] == "ok"] if not ref.empty else ref
@@ -478,31 +487,29 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
         step = ref.pivot_table(index="round", columns="model", values="step_ms")
         hint = "raise attention.reference_rounds or quiet the machine"
 
-        def per_round(column: pd.Series) -> tuple[float, float]:
-            return median_and_spread(column.dropna().tolist())
+        def judged(name: str, per_round: pd.Series, goal: float, higher_is_better: bool) -> None:
+            value, low, high = median_ci(per_round.dropna().tolist())
+            add(name, value, *verdict(value, low, high, goal, higher_is_better, hint), low, high)
 
         for impl, goal in (("torch", 0.55), ("timm", 1.05)):
             if {"core", impl} <= set(step):
-                ratio, spread = per_round(step["core"] / step[impl])
-                add(f"core / {impl} step time (fwd+bwd)", ratio, *verdict(ratio, spread, goal, False, hint),
-                    spread)
+                judged(f"core / {impl} step time (fwd+bwd)", step["core"] / step[impl], goal, False)
         if {"projections", "torch"} <= set(step):  # what the core/torch ratio cannot go below
-            floor, spread = per_round(step["projections"] / step["torch"])
-            add("floor: projections alone / torch", floor, "(bound for core / torch)", None, spread)
+            floor, low, high = median_ci((step["projections"] / step["torch"]).dropna().tolist())
+            add("floor: projections alone / torch", floor, "(bound for core / torch)", None, low, high)
         if "core" in step:
-            share, spread = per_round(ref[ref["model"] == "core"].set_index("round")["round_peak_share"])
-            add("core share of its round's matmul peak (fwd+bwd)", share,
-                *verdict(share, spread, 0.70, True, hint), spread)
+            judged("core share of its round's matmul peak (fwd+bwd)",
+                   ref[ref["model"] == "core"].set_index("round")["round_peak_share"], 0.70, True)
     tasks = frame[(frame["section"] == "task") & (frame["mode"] == "train")]
     if not tasks.empty:
         median = float(tasks["engine_overhead"].median())
         add(f"engine overhead, median over {len(tasks)} task models", median, "<= 0.05", median <= 0.05)
         worst = tasks.loc[tasks["engine_overhead"].idxmax()]
         overhead = float(worst["engine_overhead"])
-        spread = float(worst.get("timing_spread", 0.0) or 0.0)
+        low, high = (float(worst.get(f"engine_overhead_ci_{end}", nan)) for end in ("low", "high"))
         add(f"engine overhead, worst ({worst['model']})", overhead,
-            *verdict(overhead, spread, 0.05, False, "raise tasks.repeats or quiet the machine"), spread)
+            *verdict(overhead, low, high, 0.05, False, "raise tasks.repeats or quiet the machine"), low, high)
         data = tasks.loc[tasks["data_share"].idxmax()]
         add(f"data time / step time, worst ({data['model']})", float(data["data_share"]), "< 1",
             bool(data["data_share"] < 1))
-    return pd.DataFrame(rows, columns=["target", "measured", "spread", "goal", "met"])
+    return pd.DataFrame(rows, columns=["target", "measured", "ci_low", "ci_high", "goal", "met"])

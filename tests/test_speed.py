@@ -53,12 +53,13 @@ def _round(round_, peak, **step_ms):
 
 
 def test_targets_are_medians_of_per_round_ratios():
+    core, torch_ms = [5.0] * 6 + [4.0], [10.0, 10.0, 10.0, 10.5, 9.5, 10.0, 10.0]
+    timm, peaks = [4.0] * 6 + [3.5], [20.0] + [40.0] * 6
     frame = pd.DataFrame([
-        # per round, core/torch is .5, .5, .6, where the bests of each (core 4, torch 10) would
-        # say .4; the core's share of each round's own peak is 1.0, .5, .625
-        *_round(0, 20.0, core=5.0, torch=10.0, timm=4.0, projections=4.5),
-        *_round(1, 40.0, core=5.0, torch=10.0, timm=4.0, projections=4.5),
-        *_round(2, 40.0, core=4.0, torch=20 / 3, timm=4.0, projections=4.0),
+        # per round core/torch is .5 .5 .5 .476 .526 .5 .4: median .5, 95% CI its range (7
+        # rounds), where the bests of each (core 4, torch 9.5) would say .42
+        *(row for r in range(7) for row in _round(r, peaks[r], core=core[r], torch=torch_ms[r],
+                                                     timm=timm[r], projections=4.5)),
         {"section": "attention", "status": "ok", "model": "core", "mode": "train", "step_ms": 1.0,
          "round": None, **speed.TARGET},  # the grid: not what the targets read
         {"section": "task", "model": "image/digits:gru", "mode": "train", "engine_overhead": 0.03,
@@ -68,50 +69,54 @@ def test_targets_are_medians_of_per_round_ratios():
     ])
     t = speed.targets(frame).set_index("target")
     torch_ratio = t.loc["core / torch step time (fwd+bwd)"]
-    assert torch_ratio["measured"] == pytest.approx(0.5) and bool(torch_ratio["met"])
-    assert torch_ratio["spread"] == pytest.approx((0.55 - 0.5) / 2)  # quartiles .5 and .55
-    timm = t.loc["core / timm step time (fwd+bwd)"]
-    assert timm["measured"] == pytest.approx(1.25) and not bool(timm["met"])
-    share = t.loc["core share of its round's matmul peak (fwd+bwd)"]
-    assert share["measured"] == pytest.approx(0.625)
-    assert share["spread"] == pytest.approx((0.8125 - 0.5625) / 2)  # 0.70 is within it
-    assert share["met"] is None and "undecided" in share["goal"]
+    assert torch_ratio["measured"] == pytest.approx(0.5) and torch_ratio["met"] == True  # noqa: E712
+    assert (torch_ratio["ci_low"], torch_ratio["ci_high"]) == (pytest.approx(0.4), pytest.approx(5 / 9.5))
+    timm_ratio = t.loc["core / timm step time (fwd+bwd)"]  # CI [1.14, 1.25]: above 1.05
+    assert timm_ratio["measured"] == pytest.approx(1.25) and timm_ratio["met"] == False  # noqa: E712
+    share = t.loc["core share of its round's matmul peak (fwd+bwd)"]  # per round 1.0, .5 x5, .625
+    assert share["measured"] == pytest.approx(0.5) and share["ci_high"] == pytest.approx(1.0)
+    assert share["met"] is None and "undecided" in share["goal"]  # 0.70 is inside [.5, 1]
     assert t.loc["floor: projections alone / torch", "measured"] == pytest.approx(0.45)
     assert t.loc["engine overhead, median over 2 task models", "measured"] == pytest.approx(0.055)
-    worst = t.loc["engine overhead, worst (image/digits:lstm)"]
-    assert worst["measured"] == 0.08 and not bool(worst["met"])
+    worst = t.loc["engine overhead, worst (image/digits:lstm)"]  # one pass: by the median alone
+    assert worst["measured"] == 0.08 and worst["met"] == False  # noqa: E712
+    assert "median alone" in worst["goal"]
     summary = speed.reference_summary(frame)
-    assert "medians over 3 rounds" in summary and "from 20.0 to 40.0 GFLOP/s" in summary
+    assert "medians over 7 rounds" in summary and "from 20.0 to 40.0 GFLOP/s" in summary
 
 
-@pytest.mark.parametrize("value, spread, met", [
-    (0.08, 0.01, False),  # a miss larger than the noise: not met
-    (0.08, 0.05, None),   # 0.08 - 0.05 <= 0.05: the machine's noise could explain the miss
-    (0.04, 0.005, True),  # under the goal by more than the noise
-    (0.04, 0.20, None),   # under the goal, but within the noise: a pass is not decided either
+@pytest.mark.parametrize("value, low, high, met", [
+    (0.08, 0.06, 0.10, False),  # the whole CI above the goal: not met
+    (0.08, 0.03, 0.12, None),   # the goal inside the CI: noise could explain the miss
+    (0.04, 0.035, 0.045, True),  # the whole CI under the goal
+    (0.04, -0.10, 0.20, None),  # under the goal, but a pass is not decided within the noise either
+    (0.04, math.nan, math.nan, True),  # no CI (under 6 pairs): the median decides, and says so
 ])
-def test_a_target_within_its_timing_spread_is_undecided(value, spread, met):
+def test_a_target_whose_goal_is_inside_its_ci_is_undecided(value, low, high, met):
     frame = pd.DataFrame([
         {"section": "task", "model": "image/digits:lstm", "mode": "train", "engine_overhead": value,
-         "timing_spread": spread, "data_share": 0.1}])
+         "engine_overhead_ci_low": low, "engine_overhead_ci_high": high, "data_share": 0.1}])
     worst = speed.targets(frame).set_index("target").loc["engine overhead, worst (image/digits:lstm)"]
-    assert worst["met"] == met if met is not None else worst["met"] is None
+    assert worst["met"] is None if met is None else worst["met"] == met and worst["met"] is not None
     assert ("undecided" in worst["goal"]) == (met is None)
-    # The same rule for a share that must be high: 0.70 - value, mirrored.
-    goal, share_met = speed.verdict(0.70 + (0.05 - value), spread, 0.70, True, "hint")
-    assert share_met == met if met is not None else ("undecided" in goal and share_met is None)
+    assert ("median alone" in worst["goal"]) == math.isnan(low)
+    # The same rule, mirrored, for a share that must be high.
+    mirror = lambda v: 0.70 + (0.05 - v)
+    assert speed.verdict(mirror(value), mirror(high), mirror(low), 0.70, True, "hint")[1] is met
 
 
-def test_overhead_is_the_median_of_paired_repeats():
-    assert speed.paired_overhead([100.0], [90.0]) == (pytest.approx(0.1), 0.0)
-    assert speed.median_and_spread([3.0, 1.0, 2.0, 10.0]) == (2.5, pytest.approx((4.75 - 1.75) / 2))
+def test_overhead_is_the_median_of_paired_repeats_with_its_ci():
     # One noisy burst (the bare pass at 140) moves one pair, not the median.
-    bare = [100.0, 100.0, 140.0, 100.0, 100.0]
-    engine = [98.0, 97.0, 99.0, 99.0, 98.0]
-    overhead, spread = speed.paired_overhead(bare, engine)
-    assert overhead == pytest.approx(0.02)  # per pair: .02 .03 .293 .01 .02
-    assert spread == pytest.approx((0.03 - 0.02) / 2)
+    bare = [100.0, 100.0, 140.0, 100.0, 100.0, 100.0, 100.0]
+    engine = [98.0, 97.0, 99.0, 99.0, 98.0, 96.0, 98.0]
+    overhead, low, high = speed.paired_overhead(bare, engine)
+    assert overhead == pytest.approx(0.02)  # per pair: .02 .03 .293 .01 .02 .04 .02
+    assert (low, high) == (pytest.approx(0.01), pytest.approx(0.293, abs=1e-3))  # 7 pairs: the range
     assert 1 - max(engine) / max(bare) == pytest.approx(0.293, abs=1e-3)  # what best-of-each said
+    # The CI narrows with more repeats: of 21 values, the 6th to the 16th smallest.
+    values = [float(v) for v in range(21, 0, -1)]
+    assert speed.median_ci(values) == (11.0, 6.0, 16.0)
+    assert all(math.isnan(v) for v in speed.paired_overhead([100.0] * 5, [90.0] * 5)[1:])
 
 
 def test_targets_without_the_attention_part():
@@ -149,7 +154,7 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
         "image/digits:gru/infer", "image/digits:gru/train"]
     train = tasks[tasks["mode"] == "train"]
     assert (train["engine_samples_per_s"] > 0).all() and train["data_share"].notna().all()
-    assert (train["timing_spread"] == 0).all()  # one repeat: nothing to compare
+    assert train["engine_overhead_ci_low"].isna().all()  # one repeat: no CI
     # The reference point is the (B=32, L=128, D=256, H=8), whatever the grid's width.
     reference = frame[frame["section"] == "reference"]
     assert sorted(reference.groupby("round")["model"].apply(sorted).tolist()) == [
