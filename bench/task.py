@@ -90,13 +90,10 @@ class Task(abc.ABC):
         """How the task feeds this model, in words, for the run record."""
         return ""
 
-    def collate(self) -> Callable | None:
-        return None
-
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
                num_workers: int = 0) -> DataLoader:
         generator = torch.Generator().manual_seed(seed)
-        if isinstance(dataset, BatchDataset | TensorDataset) and self.collate() is None:
+        if isinstance(dataset, BatchDataset | TensorDataset):
             # A batch of in-memory tensors is one indexing op per tensor, not one per sample
             # plus a collate: the same batches, in the same order, for a fraction of the cost.
             order = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
@@ -105,7 +102,7 @@ class Task(abc.ABC):
                               persistent_workers=num_workers > 0)
         return DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
-            collate_fn=self.collate(), num_workers=num_workers,
+            num_workers=num_workers,
             persistent_workers=num_workers > 0,
         )
 
