@@ -66,7 +66,7 @@ class PairDataset(BatchDataset):
                 self.tgt_out[index, :tgt_width], index)
 
 
-def collate_pairs(items: list[tuple[Tensor | list[int], Tensor | list[int], int]]) -> Batch:
+def collate_pairs(items: list[tuple[list[int], list[int], int]]) -> Batch:
     """Pad to the batch maximum: (src, src_lengths, tgt_in = BOS + y, tgt_out = y + EOS, index)."""
     src = [torch.as_tensor(s, dtype=torch.long) for s, _, _ in items]
     tgt = [torch.as_tensor(t, dtype=torch.long) for _, t, _ in items]

@@ -41,4 +41,3 @@ def test_rnn_baselines_match_attention_parameters_within_10_percent(task_name, d
     for overrides in baselines:
         rnn = _params(task_name, dataset, overrides, info)
         assert abs(rnn - attention) / attention <= 0.10, (overrides, rnn, attention)
-
