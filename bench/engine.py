@@ -2,7 +2,7 @@
 
 AdamW, linear warm-up then cosine decay, gradient clipping, an optional moving average of
 the weights, validation after each epoch, the best-validation checkpoint kept and evaluated on
-the test split at the end.
+the test split at the end; optionally bf16 autocast and torch.compile (``bench.acceleration``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bench import measure
+from bench.acceleration import autocast, compile_model
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Splits, Task
@@ -99,11 +100,14 @@ def fit(
         optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
     )
 
-    ema = build_ema(model, cfg)
+    ema = build_ema(model, cfg)  # before compiling: the average is a plain copy of the weights
     evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
+    compile_model(model, cfg.compile)
+    precision = lambda: autocast(device, cfg.dtype)  # noqa: E731
 
     first = task.to_device(next(iter(train_loader)), device)
-    activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
+    with precision():  # the first compile happens here, before any step is timed
+        activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
     measure.reset_peak_memory(device)
     history: list[dict[str, float]] = []
     best_val, best_epoch, step = None, 0, 0
@@ -129,7 +133,8 @@ def fit(
             except StopIteration:
                 break
             batch = task.augment(task.to_device(batch, device))
-            loss = task.loss(model, batch)
+            with precision():
+                loss = task.loss(model, batch)
             loss_value = loss.item()  # the one sync of the step
             if not math.isfinite(loss_value):
                 raise RunFailed(f"non-finite training loss ({loss_value}) at step {step}")
@@ -163,7 +168,8 @@ def fit(
         bar.close()
         if loss_count == 0:
             break
-        val = task.evaluate(evaluated.eval(), val_loader, device)
+        with precision():
+            val = task.evaluate(evaluated.eval(), val_loader, device)
         history.append({"epoch": epoch, "step": step, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
@@ -178,8 +184,10 @@ def fit(
 
     model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
     model.eval()
-    test = task.evaluate(model, test_loader, device, final=True)
-    example = task.model_inputs(task.to_device(next(iter(test_loader)), device))
+    with precision():
+        test = task.evaluate(model, test_loader, device, final=True)
+        example = task.model_inputs(task.to_device(next(iter(test_loader)), device))
+        flops_per_sample = measure.flops_per_sample(model, example)
     results: dict[str, Any] = {
         "val_metric": best_val,
         "test_metric": test["metric"],
@@ -196,7 +204,7 @@ def fit(
         "train_seconds": train_seconds,
         "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
         "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
-        "flops_per_sample": measure.flops_per_sample(model, example),
+        "flops_per_sample": flops_per_sample,
         "train_activation_mb": activation_mb,
         "train_activation_batch": first[-1].shape[0],
         "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
@@ -206,5 +214,6 @@ def fit(
         atomic_torch_save(run_dir / ATTENTION_EXAMPLE, attention)
         results["attention_example"] = ATTENTION_EXAMPLE
     results.update(measure.peak_memory_mb(device))
-    results.update(measure.inference_speed(model, example, device, cfg.infer_iters, infer=task.infer))
+    with precision():
+        results.update(measure.inference_speed(model, example, device, cfg.infer_iters, infer=task.infer))
     return results

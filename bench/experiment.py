@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from bench import engine, measure, record
+from bench.acceleration import check_compile, check_dtype
 from bench.environment import environment, resolve_device
 from bench.errors import BenchError, RunFailed, Terminated
 from bench.task import Task
@@ -81,6 +82,8 @@ def validate(cfg: DictConfig) -> None:
             bound = f">= {low}" if inclusive else f"> {low}"
             span = f"{bound} and < {high}" if high is not None else bound
             raise BenchError(f"{key} must be {span}, got {value}")
+    check_dtype(cfg.trainer.dtype, "trainer.dtype")
+    check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
     if cfg.get("progress", "auto") not in ("auto", True, False):
         raise BenchError(f"progress must be auto, true or false, got {cfg.progress!r}")
     m = cfg.model

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from bench import measure
+from bench.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
 from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
 from models.attention import MultiHeadAttention
@@ -86,12 +87,6 @@ def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5)
     b = torch.randn(size, size, device=device)
     best = min(measure.time_calls(lambda: a @ b, device, warmup=2, iters=repeats))
     return 2.0 * size**3 / best / 1e9
-
-
-def precision(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
@@ -157,11 +152,11 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, 
                       cfg: DictConfig, device: torch.device) -> dict:
     module, call = build_attention(impl, dim, heads)
     module = module.to(device).train(mode == "train")
-    runner = torch.compile(module) if cfg.compile else module
+    runner = compile_model(module, cfg.compile)
     x = torch.randn(batch, seq_len, dim, device=device, requires_grad=mode == "train")
 
     def forward() -> Tensor:
-        with precision(device, cfg.dtype), sdpa_backend(cfg.attention.sdpa_backend):
+        with autocast(device, cfg.dtype), sdpa_backend(cfg.attention.sdpa_backend):
             return call(runner, x)
 
     def step() -> None:
@@ -239,12 +234,14 @@ def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
     run_cfg = compose_config("config", [*cfg.tasks.run_overrides, f"task={task}", f"model={model}"],
                              "speed")
     run_cfg.data_dir, run_cfg.cache_dir, run_cfg.seed = cfg.data_dir, cfg.cache_dir, cfg.seed
+    # The bare loop and the engine both train as the recipe would with these options.
+    run_cfg.trainer.dtype, run_cfg.trainer.compile = cfg.dtype, cfg.compile
     validate(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
     return run_cfg
 
 
 def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, device: torch.device,
-               dtype: str, warmup: int) -> float:
+               warmup: int) -> float:
     """Samples/s of the plainest loop that does the recipe's work (augmentation, loss, backward,
     clipping, the recipe's AdamW step and weight average) over batches already in memory,
     counted as the engine counts: timed samples / timed seconds. What the engine adds on top
@@ -258,7 +255,7 @@ def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, devic
     for i, batch in enumerate(batches):
         measure.synchronize(device)
         start = time.perf_counter()
-        with precision(device, dtype):
+        with autocast(device, run_cfg.trainer.dtype):
             loss = task.loss(model, task.augment(batch))
         loss.item()
         optimizer.zero_grad(set_to_none=True)
@@ -330,12 +327,13 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     splits = task.load(cfg.seed)
     model = task.build_model(run_cfg.model, splits).to(device)
     initial = copy.deepcopy(model.state_dict())
+    compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
     t = run_cfg.trainer
     loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers)
     batches = _in_memory_batches(task, loader, cfg.warmup + cfg.tasks.timed_steps, device)
     batch_size = batches[0][-1].shape[0]
     # Time enough steps for tasks.min_seconds, so fast models are not timed over a few ms.
-    calibration = _bare_loop(task, model, batches, run_cfg, device, cfg.dtype, cfg.warmup)
+    calibration = _bare_loop(task, model, batches, run_cfg, device, cfg.warmup)
     timed = max(cfg.tasks.timed_steps, math.ceil(cfg.tasks.min_seconds * calibration / batch_size))
     steps = cfg.warmup + timed
     batches = _in_memory_batches(task, loader, steps, device)
@@ -347,7 +345,7 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     bare, engine = [], []
     for _ in range(cfg.tasks.repeats):
         model.load_state_dict(initial)
-        bare.append(_bare_loop(task, model, batches, run_cfg, device, cfg.dtype, cfg.warmup))
+        bare.append(_bare_loop(task, model, batches, run_cfg, device, cfg.warmup))
         model.load_state_dict(initial)
         engine.append(_engine_samples_per_s(task, model, splits, run_cfg, device, steps, cfg.warmup))
     step_s = batch_size / max(bare)
@@ -363,7 +361,7 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
     train["memory_kind"] = "saved_activations"
     model.eval()
-    with torch.no_grad(), precision(device, cfg.dtype):
+    with torch.no_grad(), autocast(device, cfg.dtype):
         infer_times = measure.time_calls(lambda: task.infer(model, example), device, cfg.warmup, cfg.iters)
     infer = {**base, "mode": "infer",
              **rates(statistics.median(infer_times), batch_size, 0, forward_flops)}
@@ -406,8 +404,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.attention.sdpa_backend not in SDPA_BACKENDS:
         raise BenchError(f"attention.sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, "
                          f"got {cfg.attention.sdpa_backend!r}")
-    if cfg.dtype not in ("float32", "bf16"):
-        raise BenchError(f"dtype must be float32 or bf16, got {cfg.dtype!r}")
+    check_dtype(cfg.dtype)
+    check_compile(cfg.compile, resolve_device(cfg.device))
 
 
 def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
@@ -433,7 +431,8 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     frame = with_peak_share(pd.DataFrame(rows), peak)
     context = {"sdpa_backend": cfg.attention.sdpa_backend,
                "device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
-               "torch": torch.__version__, "dtype": cfg.dtype, "compile": bool(cfg.compile),
+               "torch": torch.__version__, "dtype": cfg.dtype,
+               "compile": compile_backend(cfg.compile) or "none",
                "warmup": cfg.warmup, "iters": cfg.iters, "seed": cfg.seed}
     for key, value in context.items():
         frame[key] = value

@@ -1,0 +1,102 @@
+"""bf16 autocast and torch.compile in the engine and in `mhab speed` (bench.acceleration)."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+from torch._dynamo import register_backend
+
+from bench.acceleration import autocast, check_compile, check_dtype, compile_backend
+from bench.engine import CHECKPOINT, fit
+from bench.errors import BenchError
+from bench.io import load_state_dict
+from tests.test_engine import TRAINER, ToyTask
+
+CPU = torch.device("cpu")
+GRAPHS: list[torch.fx.GraphModule] = []
+
+
+@register_backend
+def mhab_test_counting(graph_module, example_inputs):
+    """A torch.compile backend that records each graph dynamo captures and runs it eagerly."""
+    GRAPHS.append(graph_module)
+    return graph_module.forward
+
+
+def _fit(run_dir, **trainer):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    forwards = []  # (training?, output dtype) of every forward the engine runs
+    model.register_forward_hook(lambda m, args, out: forwards.append((m.training, out.dtype)))
+    out = fit(ToyTask(), model, ToyTask().load(0), OmegaConf.merge(TRAINER, trainer), CPU, run_dir,
+              seed=0, progress=False)
+    return out, forwards, model
+
+
+def test_bf16_autocasts_every_forward_and_keeps_float32_weights(tmp_path):
+    out32, forwards32, _ = _fit(tmp_path / "fp32", dtype="float32")
+    out16, forwards16, model = _fit(tmp_path / "bf16", dtype="bf16")
+    assert {dtype for _, dtype in forwards32} == {torch.float32}
+    assert {dtype for _, dtype in forwards16} == {torch.bfloat16}
+    assert {training for training, _ in forwards16} == {True, False}  # training and evaluation
+    assert model.weight.dtype == torch.float32
+    assert load_state_dict(tmp_path / "bf16" / CHECKPOINT)["weight"].dtype == torch.float32
+    assert out16["test_metric"] > 0.8
+    # Rounding to bfloat16 changes the trajectory a little, not the outcome.
+    losses32 = [h["train_loss"] for h in out32["history"]]
+    losses16 = [h["train_loss"] for h in out16["history"]]
+    assert losses16 != losses32 and losses16 == pytest.approx(losses32, rel=0.05)
+
+
+def test_compile_runs_the_captured_graphs_and_trains_as_eager(tmp_path):
+    eager, _, _ = _fit(tmp_path / "eager", compile=False)
+    assert not GRAPHS
+    compiled, _, model = _fit(tmp_path / "compiled", compile="mhab_test_counting")
+    assert GRAPHS, "torch.compile captured no graph"
+    assert [h["train_loss"] for h in compiled["history"]] == pytest.approx(
+        [h["train_loss"] for h in eager["history"]], rel=1e-6)
+    assert compiled["test_metric"] == eager["test_metric"]
+    # Compiled in place: the checkpoint has the eager model's keys (no '_orig_mod.' prefix).
+    assert set(load_state_dict(tmp_path / "compiled" / CHECKPOINT)) == {"weight", "bias"}
+
+
+def test_compile_settings():
+    assert compile_backend(False) is None and compile_backend(None) is None
+    assert compile_backend(True) == "inductor"
+    assert compile_backend("aot_eager") == "aot_eager"
+    for bad in ("turbo", 1, "true "):
+        with pytest.raises(BenchError, match="must be true, false or a torch.compile backend"):
+            compile_backend(bad, "trainer.compile")
+
+
+def test_inductor_on_cpu_needs_a_cxx_compiler(monkeypatch):
+    monkeypatch.setattr("bench.acceleration.shutil.which", lambda name: None)
+    with pytest.raises(BenchError, match="inductor needs a C.. compiler on CPU"):
+        check_compile(True, CPU)
+    check_compile("aot_eager", CPU)  # no C++ needed
+    check_compile(False, CPU)
+
+
+def test_dtype_settings():
+    check_dtype("float32")
+    check_dtype("bf16")
+    for bad in ("fp16", "bfloat16", None):
+        with pytest.raises(BenchError, match="must be float32 or bf16"):
+            check_dtype(bad, "trainer.dtype")
+    with autocast(CPU, "bf16"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast(CPU, "float32"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_speed_task_models_train_with_the_speed_options(tmp_path):
+    """`mhab speed dtype=... compile=...` must time the bare loop and the engine alike: both
+    read the run config's trainer, which takes the speed command's options."""
+    from bench.cli import compose_config
+    from bench.speed import _run_config
+
+    cfg = compose_config("speed", ["dtype=bf16", "compile=aot_eager", f"cache_dir={tmp_path}"], "speed")
+    run_cfg = _run_config(cfg, "image", "gru")
+    assert run_cfg.trainer.dtype == "bf16" and run_cfg.trainer.compile == "aot_eager"
+    default = _run_config(compose_config("speed", [f"cache_dir={tmp_path}"], "speed"), "image", "gru")
+    assert default.trainer.dtype == "float32" and default.trainer.compile is False
