@@ -169,13 +169,16 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     the task models."""
     from bench.speed import reference_summary, targets
 
+    context = speed.iloc[0]
+    s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads), torch "
+           f"{context['torch']}, dtype {context['dtype']}, torch.compile: {context['compile']}, "
+           f"SDPA backend: {context['sdpa_backend']}.")
     attention = speed[(speed["section"] == "attention") & (speed["status"] == "ok")]
     train = attention[attention["mode"] == "train"]
     if not train.empty:
         batch = int(train["batch_size"].min())
         curve = train[train["batch_size"] == batch]
         fig = _against_length(curve, ("tokens_per_s", "tokens/s"), ("peak_memory_mb", "memory (MiB)"))
-        context = speed.iloc[0]
         s.figure(
             f"Speed benchmark, forward+backward at batch {batch}, width {int(curve['dim'].iloc[0])}, "
             f"{int(curve['num_heads'].iloc[0])} heads, {context['dtype']}, on {context['device_name']} "

@@ -56,7 +56,8 @@ def results(tmp_path):
                    "seq_len": n, "dim": 256, "num_heads": 8, "step_ms": 1.0, "tokens_per_s": tps / n,
                    "achieved_gflop_s": 5.0, "peak_share": 0.1, "peak_memory_mb": n / 10,
                    "memory_kind": "saved_activations", "dtype": "float32", "device_name": "Test CPU",
-                   "threads": 2, "matmul_peak_gflop_s": 50.0}
+                   "threads": 2, "matmul_peak_gflop_s": 50.0, "torch": "2.x", "compile": "aot_eager",
+                   "sdpa_backend": "auto"}
                   for model, tps in (("core", 5e6), ("torch", 3e6)) for n in (128, 1024)]
     speed_rows.append({**speed_rows[0], "section": "task", "model": "image/digits:gru", "params": 10,
                        "samples_per_s": 10.0, "engine_overhead": 0.02, "data_share": 0.1})
@@ -84,6 +85,7 @@ def test_report_has_every_section_and_valid_html(results):
     # The speed targets come from the reference rounds, and say how many and how noisy.
     assert "Reference point (B=32, L=128, D=256, H=8): targets are medians over 3 rounds" in markdown
     assert "from 60.0 to 62.0 GFLOP/s" in markdown and "core / torch step time (fwd+bwd)" in markdown
+    assert "on Test CPU (2 threads), torch 2.x, dtype float32, torch.compile: aot_eager" in markdown
 
 
 def test_claims_verdicts_follow_the_data(results):
