@@ -217,7 +217,11 @@ def speed_command(args: list[str]) -> int:
              "engine_overhead_ci_low", "engine_overhead_ci_high", "data_share"]
     fmt = lambda v: f"{v:.4g}"
     table = frame[frame["section"] != "reference"]  # the rounds are summed up in the targets
+    if table["sdpa_backend"].nunique() > 1 or (table["status"] != "ok").any():
+        shown[2:2] = ["sdpa_backend", "status"]
     print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))
+    if not (choice := speed.backend_choice(frame)).empty:
+        print("\ncore step ms under each SDPA kernel:\n" + choice.to_string(index=False, float_format=fmt))
     print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "
           f"({cfg.matmul_size}^3 float32, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
           f"{frame['threads'].iloc[0]} threads")

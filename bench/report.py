@@ -167,13 +167,17 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed import reference_summary, targets
+    from bench.speed import backend_choice, reference_summary, targets
 
     context = speed.iloc[0]
+    measured = speed[speed["section"] == "attention"]
+    backends = list(dict.fromkeys(measured.get("sdpa_backend", pd.Series(dtype=str)).dropna()))
+    attention = measured[measured["status"] == "ok"].copy()
     s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads), torch "
            f"{context['torch']}, dtype {context['dtype']}, torch.compile: {context['compile']}, "
-           f"SDPA backend: {context['sdpa_backend']}.")
-    attention = speed[(speed["section"] == "attention") & (speed["status"] == "ok")]
+           f"SDPA backend{'s' if len(backends) > 1 else ''}: {', '.join(backends) or 'auto'}.")
+    if len(backends) > 1:  # one line per impl and pinned kernel
+        attention["model"] = attention["model"] + " [" + attention["sdpa_backend"] + "]"
     train = attention[attention["mode"] == "train"]
     if not train.empty:
         batch = int(train["batch_size"].min())
@@ -187,6 +191,10 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
         s.text(f"Matmul peak measured in the same run: {context['matmul_peak_gflop_s']:.1f} GFLOP/s.")
         s.table(attention[["model", "mode", "batch_size", "seq_len", "step_ms", "tokens_per_s",
                            "achieved_gflop_s", "peak_share", "peak_memory_mb"]])
+    if not (choice := backend_choice(speed)).empty:
+        s.text("The core's step time (ms) under each pinned SDPA kernel, and the fastest; a dash "
+               "is a kernel that cannot run that point.")
+        s.table(choice.astype(object).where(choice.notna(), "-"))
     goals = targets(speed)
     if not goals.empty:
         rounds = reference_summary(speed)

@@ -33,6 +33,7 @@ from bench.errors import BenchError
 from models.attention import MultiHeadAttention
 
 ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm", "projections")
+CALLS_SDPA = ("core", "torch_no_weights", "timm")  # torch's default call computes its weights
 MODES = ("forward", "train")
 # The issue's reference point for the core's targets.
 TARGET = {"batch_size": 32, "seq_len": 128, "dim": 256, "num_heads": 8}
@@ -90,6 +91,9 @@ def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5)
 
 
 SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")
+# What SDPA raises when the pinned kernel cannot run an input (the wording depends on torch's
+# version and device).
+NO_KERNEL_MESSAGES = ("No available kernel", "No viable backend")
 
 
 def sdpa_backend(name: str) -> contextlib.AbstractContextManager:
@@ -149,14 +153,15 @@ def _memory(device: torch.device, run: Callable[[], Any], mode: str) -> tuple[fl
 
 
 def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, heads: int,
-                      cfg: DictConfig, device: torch.device) -> dict:
+                      cfg: DictConfig, device: torch.device, backend: str = "auto") -> dict:
+    """One row: ``impl`` timed at one grid point, SDPA pinned to ``backend``."""
     module, call = build_attention(impl, dim, heads)
     module = module.to(device).train(mode == "train")
     runner = compile_model(module, cfg.compile)
     x = torch.randn(batch, seq_len, dim, device=device, requires_grad=mode == "train")
 
     def forward() -> Tensor:
-        with autocast(device, cfg.dtype), sdpa_backend(cfg.attention.sdpa_backend):
+        with autocast(device, cfg.dtype), sdpa_backend(backend):
             return call(runner, x)
 
     def step() -> None:
@@ -167,16 +172,16 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, 
                 forward()
 
     row = {"section": "attention", "model": impl, "mode": mode, "batch_size": batch,
-           "seq_len": seq_len, "dim": dim, "num_heads": heads}
+           "seq_len": seq_len, "dim": dim, "num_heads": heads, "sdpa_backend": backend}
     try:
         times = measure.time_calls(step, device, cfg.warmup, cfg.iters)
         memory, kind = _memory(device, forward if mode == "train" else step, mode)
     except torch.OutOfMemoryError:
         return {**row, "status": "out of memory"}
     except RuntimeError as e:  # a pinned SDPA kernel that cannot run this input or device
-        if "No available kernel" not in str(e):
+        if not any(words in str(e) for words in NO_KERNEL_MESSAGES):
             raise
-        return {**row, "status": f"no {cfg.attention.sdpa_backend} kernel"}
+        return {**row, "status": f"no {backend} kernel"}
     flops = step_flops(impl_flops(impl, batch, seq_len, dim), mode)
     return {**row, "status": "ok", **rates(statistics.median(times), batch, batch * seq_len, flops),
             "peak_memory_mb": memory, "memory_kind": kind}
@@ -188,13 +193,17 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
     also measures the matmul peak into ``peaks``."""
     a = cfg.attention
     points = grid(list(a.batch_sizes), list(a.seq_lens), a.max_tokens)
-    jobs = [(impl, mode, b, n) for b, n in points for impl in a.impls for mode in a.modes]
+    # Past the first backend only the impls that call SDPA: the others would time the same code.
+    jobs = [(impl, mode, b, n, backend) for b, n in points
+            for i, backend in enumerate(a.sdpa_backends) for impl in a.impls for mode in a.modes
+            if i == 0 or impl in CALLS_SDPA]
     best: dict[tuple, dict] = {}
     for round_ in range(a.repeats):
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
         for job in tqdm(jobs, desc=f"attention, round {round_ + 1}/{a.repeats}", disable=not progress):
             torch.manual_seed(cfg.seed)
-            row = measure_attention(*job, a.dim, a.num_heads, cfg, device)
+            impl, mode, b, n, backend = job
+            row = measure_attention(impl, mode, b, n, a.dim, a.num_heads, cfg, device, backend)
             kept = best.get(job)
             if kept is None or (row["status"] == "ok" and (kept["status"] != "ok"
                                                            or row["step_ms"] < kept["step_ms"])):
@@ -218,7 +227,8 @@ def reference_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
         for impl in impls[shift:] + impls[:shift]:
             torch.manual_seed(cfg.seed)
             row = measure_attention(impl, "train", TARGET["batch_size"], TARGET["seq_len"],
-                                    TARGET["dim"], TARGET["num_heads"], cfg, device)
+                                    TARGET["dim"], TARGET["num_heads"], cfg, device,
+                                    cfg.attention.sdpa_backends[0])
             row.update(section="reference", round=round_, round_peak_gflop_s=peak)
             if row["status"] == "ok":
                 row["round_peak_share"] = row["achieved_gflop_s"] / peak
@@ -401,9 +411,11 @@ def validate(cfg: DictConfig) -> None:
     bad_modes = [m for m in cfg.attention.modes if m not in MODES]
     if bad_modes:
         raise BenchError(f"unknown mode '{bad_modes[0]}'; choose from {', '.join(MODES)}")
-    if cfg.attention.sdpa_backend not in SDPA_BACKENDS:
-        raise BenchError(f"attention.sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, "
-                         f"got {cfg.attention.sdpa_backend!r}")
+    backends = OmegaConf.select(cfg, "attention.sdpa_backends")
+    backends = list(backends) if isinstance(backends, ListConfig) else backends
+    if not isinstance(backends, list) or not backends or not set(backends) <= set(SDPA_BACKENDS):
+        raise BenchError(f"attention.sdpa_backends must be a list of {', '.join(SDPA_BACKENDS)}, "
+                         f"got {backends!r}")
     check_dtype(cfg.dtype)
     check_compile(cfg.compile, resolve_device(cfg.device))
 
@@ -429,8 +441,11 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         rows += task_rows(cfg, run_cfgs, device, progress)
     peak = max(peaks)  # the best the machine showed in this run
     frame = with_peak_share(pd.DataFrame(rows), peak)
-    context = {"sdpa_backend": cfg.attention.sdpa_backend,
-               "device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
+    if "sdpa_backend" in frame:  # task models run under torch's own choice
+        frame["sdpa_backend"] = frame["sdpa_backend"].fillna("auto")
+    else:
+        frame["sdpa_backend"] = "auto"
+    context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
                "torch": torch.__version__, "dtype": cfg.dtype,
                "compile": compile_backend(cfg.compile) or "none",
                "warmup": cfg.warmup, "iters": cfg.iters, "seed": cfg.seed}
@@ -453,6 +468,22 @@ def reference_summary(frame: pd.DataFrame) -> str | None:
     return (f"reference point (B={TARGET['batch_size']}, L={TARGET['seq_len']}, D={TARGET['dim']}, "
             f"H={TARGET['num_heads']}): targets are medians over {len(peaks)} rounds; the rounds' "
             f"matmul peaks ran from {peaks.min():.1f} to {peaks.max():.1f} GFLOP/s")
+
+
+def backend_choice(frame: pd.DataFrame) -> pd.DataFrame:
+    """The core's step time (ms) at each grid point and mode under each pinned SDPA kernel, and
+    the fastest of them; empty unless the run measured several (``attention.sdpa_backends``).
+    A kernel that could not run a point is left blank there."""
+    core = frame[(frame["section"] == "attention") & (frame["model"] == "core")]
+    if "sdpa_backend" not in core or core["sdpa_backend"].nunique() < 2:
+        return pd.DataFrame()
+    ok = core[core["status"] == "ok"]
+    table = ok.pivot_table(index=["mode", "batch_size", "seq_len"], columns="sdpa_backend",
+                           values="step_ms").reindex(columns=list(dict.fromkeys(core["sdpa_backend"])))
+    table = table.dropna(how="all")  # a point no kernel could run has only its status rows
+    table["fastest"] = table.idxmin(axis=1)
+    table.columns.name = None
+    return table.reset_index()
 
 
 def verdict(value: float, low: float, high: float, goal: float, higher_is_better: bool,

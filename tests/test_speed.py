@@ -175,6 +175,9 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("attention.reference_rounds=-1", "attention.reference_rounds must be a number >= 0, got -1"),
     ("attention.seq_lens=[128,0]", "attention.seq_lens must be a list of whole numbers >= 1, got [128, 0]"),
     ("nonsense=1", "unknown config key 'nonsense'"),
+    ("attention.sdpa_backends=[fast]", "attention.sdpa_backends must be a list of auto, math, flash"),
+    ("attention.sdpa_backends=[]", "attention.sdpa_backends must be a list of"),
+    ("compile=turbo", "compile must be true, false or a torch.compile backend"),
     ("tasks.run_overrides=['trainer.ema_decay=2']", "trainer.ema_decay must be > 0 and < 1"),
 ])
 def test_speed_bad_input_is_one_line(tmp_path, override, message):
@@ -183,3 +186,41 @@ def test_speed_bad_input_is_one_line(tmp_path, override, message):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
     assert not (tmp_path / "speed.csv").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks which kernels a CPU lacks")
+def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
+    """Several sdpa_backends: the impls that call SDPA are timed under each kernel, the others
+    once; a kernel the device lacks leaves a status row; the choice table picks the fastest."""
+    from bench.cli import compose_config
+    from bench.report import Section, _speed_tables
+
+    cfg = compose_config("speed", ["attention.batch_sizes=[2]", "attention.seq_lens=[8]",
+                                   "attention.dim=32", "attention.num_heads=4", "warmup=0", "iters=1",
+                                   "attention.repeats=1", "attention.impls=[core,torch]",
+                                   "attention.sdpa_backends=[math,flash,efficient]"], "speed")
+    rows = pd.DataFrame(speed.attention_rows(cfg, torch.device("cpu"), False, []))
+    ran = {(r.model, r.mode, r.sdpa_backend): r.status for r in rows.itertuples()}
+    assert len(ran) == len(rows) == 2 * (3 + 1)  # modes x (core under 3 kernels + torch once)
+    assert {b for m, _, b in ran if m == "torch"} == {"math"}
+    assert ran[("core", "train", "flash")] == "ok" and ran[("core", "train", "math")] == "ok"
+    assert ran[("core", "train", "efficient")] == "no efficient kernel"  # CUDA only
+
+    rows["section"] = "attention"
+    choice = speed.backend_choice(rows)
+    assert list(choice.columns) == ["mode", "batch_size", "seq_len", "math", "flash", "efficient", "fastest"]
+    assert choice["efficient"].isna().all()
+    for r in choice.itertuples():
+        assert r.fastest == ("math" if r.math < r.flash else "flash")
+    assert speed.backend_choice(rows[rows["sdpa_backend"] == "math"]).empty
+
+    rows = speed.with_peak_share(rows, 50.0)
+    for key, value in {"dtype": "float32", "device_name": "Test CPU", "threads": 2, "torch": "2.x",
+                       "compile": "none"}.items():
+        rows[key] = value
+    section = Section("speed", "Speed")
+    _speed_tables(section, rows)
+    markdown = "\n".join(section.markdown)
+    assert "SDPA backends: math, flash, efficient" in markdown
+    assert "core [flash]" in markdown and "torch [math]" in markdown
+    assert "under each pinned SDPA kernel, and the fastest" in markdown
