@@ -7,6 +7,7 @@ the test split at the end; optionally bf16 autocast and torch.compile (``bench.a
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -103,7 +104,7 @@ def fit(
     ema = build_ema(model, cfg)  # before compiling: the average is a plain copy of the weights
     evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
     compile_model(model, cfg.compile)
-    precision = lambda: autocast(device, cfg.dtype)  # noqa: E731
+    precision = functools.partial(autocast, device, cfg.dtype)
 
     first = task.to_device(next(iter(train_loader)), device)
     with precision():  # the first compile happens here, before any step is timed

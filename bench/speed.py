@@ -368,7 +368,8 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
              "engine_overhead_ci_high": ci_high,
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
     model.train()
-    train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
+    with autocast(device, cfg.dtype):
+        train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
     train["memory_kind"] = "saved_activations"
     model.eval()
     with torch.no_grad(), autocast(device, cfg.dtype):
