@@ -131,6 +131,9 @@ def activation_memory_mb(loss_fn: Callable[[], torch.Tensor]) -> float:
     """
     seen: dict[int, int] = {}
 
+    # Autograd calls the hook from inside a compiled model too; left to dynamo, it would trace
+    # (and recompile for) every storage size it sees.
+    @torch.compiler.disable
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()

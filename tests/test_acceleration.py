@@ -100,3 +100,28 @@ def test_speed_task_models_train_with_the_speed_options(tmp_path):
     assert run_cfg.trainer.dtype == "bf16" and run_cfg.trainer.compile == "aot_eager"
     default = _run_config(compose_config("speed", [f"cache_dir={tmp_path}"], "speed"), "image", "gru")
     assert default.trainer.dtype == "float32" and default.trainer.compile is False
+
+
+def test_activation_memory_of_a_compiled_rnn_does_not_recompile_its_hook(caplog):
+    """Dynamo graph-breaks around nn.LSTM, so the saved-tensor hook runs inside the compiled
+    call; it must not be traced (once per storage size, up to the recompile limit)."""
+    from bench import measure
+
+    class Reader(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.head = nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 2)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    eager = Reader()
+    compiled = Reader()
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile(backend="mhab_test_counting")
+    with caplog.at_level("WARNING", logger="torch._dynamo"):
+        for length in range(4, 30, 2):  # 13 storage sizes, more than the recompile limit of 8
+            x = torch.randn(3, length, 8)
+            saved = [measure.activation_memory_mb(lambda m=m, x=x: m(x).sum()) for m in (compiled, eager)]
+            assert saved[0] == pytest.approx(saved[1])
+    assert "recompile_limit" not in caplog.text
