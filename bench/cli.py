@@ -227,7 +227,8 @@ def speed_command(args: list[str]) -> int:
           f"{frame['threads'].iloc[0]} threads")
     if (rounds := speed.reference_summary(frame)) is not None:
         print(rounds)
-    print(speed.targets(frame).to_string(index=False, float_format=fmt))
+    if not (goals := speed.targets(frame)).empty:
+        print(goals.to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0
 
