@@ -20,16 +20,36 @@ SCHEMA_VERSION = 1
 # Keys that say where things are or how they are shown, not what is computed: they stay out
 # of the config hash, so the same experiment has the same hash on every machine and seed.
 UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "seed", "device", "force")
+# Keys added after runs were first recorded, with the value that does what those runs did. At
+# that value a key stays out of the hash, so an earlier record of the same experiment still
+# resumes, and still counts as a seed of the same experiment in tables.
+LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False}
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
+    """``config`` with each of ``LATER_KEYS`` at its default value: set (``present``) where
+    missing, or removed."""
+    config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for (group, key), default in LATER_KEYS.items():
+        section = config.get(group)
+        if not isinstance(section, dict):
+            continue
+        if present:
+            section.setdefault(key, default)
+        elif key in section and section[key] == default and type(section[key]) is type(default):
+            del section[key]
+    return config
+
+
 def config_hash(cfg: DictConfig | dict) -> str:
     """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
+    data = with_later_keys(data, present=False)
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -13,7 +13,7 @@ import pandas as pd
 from scipy import stats
 
 from bench.io import atomic_write, atomic_write_text
-from bench.record import RECORD, UNHASHED_KEYS, read_record
+from bench.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
 COLUMNS = [
     "task", "dataset", "model", "model_family", "variant", "setting", "seed", "status", "metric_name",
@@ -49,7 +49,8 @@ def setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
     if len(configs) < 2:
         return dict.fromkeys(configs, "")
     skip = {*UNHASHED_KEYS, "hydra", "variant"}
-    flat = {h: _flatten({k: v for k, v in (c or {}).items() if k not in skip}) for h, c in configs.items()}
+    flat = {h: _flatten(with_later_keys({k: v for k, v in (c or {}).items() if k not in skip}, present=True))
+            for h, c in configs.items()}
     keys = sorted({k for f in flat.values() for k in f})
     differing = [k for k in keys if len({f.get(k, "null") for f in flat.values()}) > 1]
     labels = {}

@@ -125,3 +125,18 @@ def test_activation_memory_of_a_compiled_rnn_does_not_recompile_its_hook(caplog)
             saved = [measure.activation_memory_mb(lambda m=m, x=x: m(x).sum()) for m in (compiled, eager)]
             assert saved[0] == pytest.approx(saved[1])
     assert "recompile_limit" not in caplog.text
+
+
+def test_the_new_keys_at_their_defaults_keep_earlier_hashes_and_groups():
+    """Runs recorded before trainer.dtype and trainer.compile existed trained as float32 and
+    eager: their hash stays the same, so they still resume and group with new runs."""
+    from bench.record import config_hash
+    from bench.results import setting_labels
+
+    before = {"model": {"dim": 8}, "trainer": {"lr": 1}}
+    now = {"model": {"dim": 8}, "trainer": {"lr": 1, "dtype": "float32", "compile": False}}
+    bf16 = {"model": {"dim": 8}, "trainer": {"lr": 1, "dtype": "bf16", "compile": False}}
+    assert config_hash(before) == config_hash(now) != config_hash(bf16)
+    assert config_hash({**now, "trainer": {**now["trainer"], "compile": "aot_eager"}}) != config_hash(now)
+    labels = setting_labels({"old": before, "new-bf16": bf16})
+    assert labels == {"old": 'trainer.dtype="float32"', "new-bf16": 'trainer.dtype="bf16"'}
