@@ -49,6 +49,7 @@ def test_bf16_autocasts_every_forward_and_keeps_float32_weights(tmp_path):
 
 
 def test_compile_runs_the_captured_graphs_and_trains_as_eager(tmp_path):
+    GRAPHS.clear()
     eager, _, _ = _fit(tmp_path / "eager", compile=False)
     assert not GRAPHS
     compiled, _, model = _fit(tmp_path / "compiled", compile="mhab_test_counting")
