@@ -46,7 +46,8 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
 
 
 def config_hash(cfg: DictConfig | dict) -> str:
-    """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``."""
+    """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``, nor those
+    of ``LATER_KEYS`` that are at their defaults."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
     data = with_later_keys(data, present=False)
