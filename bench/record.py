@@ -35,7 +35,7 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
     missing, or removed."""
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for (group, key), default in LATER_KEYS.items():
-        section = config.get(group)
+        section = config.setdefault(group, {}) if present else config.get(group)
         if not isinstance(section, dict):
             continue
         if present:
