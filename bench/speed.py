@@ -350,7 +350,8 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     example = task.model_inputs(batches[0])
     forward_flops = measure.flops_per_sample(model, example) * batch_size
     base = {"section": "task", "model": f"{task.name}/{task.dataset}:{task.model_label(run_cfg.model)}",
-            "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok"}
+            "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok",
+            "sdpa_backend": "auto"}  # task models run under torch's own choice of kernel
 
     bare, engine = [], []
     for _ in range(cfg.tasks.repeats):
@@ -388,6 +389,12 @@ def task_rows(cfg: DictConfig, run_cfgs: list[DictConfig], device: torch.device,
 
 
 # ---------------------------------------------------------------- the whole benchmark
+def _list_setting(cfg: DictConfig, key: str) -> Any:
+    """``key``'s value, as a plain list when it is one."""
+    value = OmegaConf.select(cfg, key)
+    return list(value) if isinstance(value, ListConfig) else value
+
+
 def validate(cfg: DictConfig) -> None:
     minimums = {"warmup": 0, "iters": 1, "matmul_size": 1, "matmul_repeats": 1, "tasks.timed_steps": 1,
                 "tasks.repeats": 1, "tasks.min_seconds": 0, "attention.repeats": 1,
@@ -399,8 +406,7 @@ def validate(cfg: DictConfig) -> None:
         if not is_number(value) or value < minimum:
             raise BenchError(f"{key} must be a number >= {minimum}, got {value!r}")
     for key in ("attention.batch_sizes", "attention.seq_lens"):
-        values = OmegaConf.select(cfg, key)
-        values = list(values) if isinstance(values, ListConfig) else values
+        values = _list_setting(cfg, key)
         if not isinstance(values, list) or not all(isinstance(v, int) and v >= 1 for v in values):
             raise BenchError(f"{key} must be a list of whole numbers >= 1, got {values!r}")
     if cfg.attention.dim % cfg.attention.num_heads:
@@ -412,8 +418,7 @@ def validate(cfg: DictConfig) -> None:
     bad_modes = [m for m in cfg.attention.modes if m not in MODES]
     if bad_modes:
         raise BenchError(f"unknown mode '{bad_modes[0]}'; choose from {', '.join(MODES)}")
-    backends = OmegaConf.select(cfg, "attention.sdpa_backends")
-    backends = list(backends) if isinstance(backends, ListConfig) else backends
+    backends = _list_setting(cfg, "attention.sdpa_backends")
     if not isinstance(backends, list) or not backends or not set(backends) <= set(SDPA_BACKENDS):
         raise BenchError(f"attention.sdpa_backends must be a list of {', '.join(SDPA_BACKENDS)}, "
                          f"got {backends!r}")
@@ -442,10 +447,6 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         rows += task_rows(cfg, run_cfgs, device, progress)
     peak = max(peaks)  # the best the machine showed in this run
     frame = with_peak_share(pd.DataFrame(rows), peak)
-    if "sdpa_backend" in frame:  # task models run under torch's own choice
-        frame["sdpa_backend"] = frame["sdpa_backend"].fillna("auto")
-    else:
-        frame["sdpa_backend"] = "auto"
     context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
                "torch": torch.__version__, "dtype": cfg.dtype,
                "compile": compile_backend(cfg.compile) or "none",
