@@ -5,21 +5,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from bench.config import CONF_DIR, compose_config, sweep_points
 from bench.errors import BenchError, RunFailed, Terminated
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("mhab")
 # Runs of a sweep may execute in other processes (joblib, submitit launchers); each failed run
 # appends a line to this file, so the parent can count them and exit non-zero.
@@ -31,42 +28,6 @@ def error(message: str) -> None:
 
 
 # ---------------------------------------------------------------- run
-def _one_line(exc: Exception) -> str:
-    """Hydra's composition errors span several lines; say the same in one."""
-    text = str(exc).strip()
-    missing_group = re.search(r"Could not find '([\w/]+)/([^']+)'", text)
-    if missing_group:
-        group, choice = missing_group.groups()
-        block = text.split("Available options", 1)[-1].split("Config search path", 1)[0]
-        options = [line.strip() for line in block.splitlines()[1:] if line.strip()]
-        return f"unknown {group} '{choice}'; choose one of: {', '.join(options)}"
-    bad_key = re.search(r"Could not override '([^']+)'", text)
-    if bad_key:
-        return (f"unknown config key '{bad_key.group(1)}'; "
-                f"check the spelling against the resolved config")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "; ".join(line for line in lines if not line.startswith(("full_key", "object_type")))
-
-
-def sweep_points(overrides: list[str]) -> list[list[str]]:
-    """Concrete override lists that together use every value of every sweep: the first value
-    of each sweep, then each further value of one sweep with the others at their first. Each
-    is validated before anything runs, so one impossible value stops the sweep up front."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    values = []
-    for override, text in zip(parsed, overrides, strict=True):
-        if override.is_sweep_override():
-            key = override.get_key_element()
-            values.append([f"{key}={v}" for v in override.sweep_string_iterator()])
-        else:
-            values.append([text])
-    first = [options[0] for options in values]
-    points = [first]
-    for i, options in enumerate(values):
-        points += [first[:i] + [option] + first[i + 1:] for option in options[1:]]
-    return points
-
-
 def check_results_dir(path: str) -> None:
     """Hydra writes its logs under results_dir before a run starts; say plainly when it cannot."""
     target = Path(path).expanduser()
@@ -79,22 +40,8 @@ def check_results_dir(path: str) -> None:
         raise BenchError(f"results_dir '{path}' is not writable; pass results_dir=PATH")
 
 
-def compose_config(name: str, overrides: list[str], command: str) -> DictConfig:
-    """Compose ``conf/<name>.yaml`` with ``overrides``; a mistake in them is a one-line error."""
-    from hydra import compose, initialize_config_dir
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
-            return compose(name, overrides=overrides)
-    except Exception as e:  # noqa: BLE001 - any composition error is the user's override
-        raise BenchError(_one_line(e) + f" (see 'mhab {command} --help')") from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
 def validate_overrides(overrides: list[str]) -> None:
-    from bench.experiment import validate
+    from bench.build import validate
 
     for point in sweep_points(overrides):
         cfg = compose_config("config", point, "run")

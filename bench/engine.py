@@ -11,6 +11,8 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from bench import measure
 from bench.acceleration import autocast, compile_model
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
-from bench.task import Splits, Task
+from bench.task import Batch, Splits, Task
 
 CHECKPOINT = "best.pt"
 ATTENTION_EXAMPLE = "attention.pt"
@@ -60,6 +62,32 @@ def warmup_cosine(warmup_steps: int, total_steps: int, min_lr_ratio: float):
         return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
+
+
+def train_step(task: Task, model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler | None, ema: ModelEmaV3 | None,
+               grad_clip: float | None, precision: Callable[[], AbstractContextManager],
+               step: int) -> float:
+    """Optimizer step ``step + 1`` on a batch already on the device: augmentation, loss,
+    backward, clipping, AdamW, the LR schedule and the weight average. The engine and the
+    speed benchmark's bare loop both train through it. Returns the loss, read once (the
+    step's one sync); a non-finite loss stops the run."""
+    batch = task.augment(batch)
+    with precision():
+        loss = task.loss(model, batch)
+    loss_value = loss.item()
+    if not math.isfinite(loss_value):
+        raise RunFailed(f"non-finite training loss ({loss_value}) at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    if ema is not None:
+        ema.update(model, step=step + 1)
+    return loss_value
 
 
 def _improved(value: float, best: float | None, higher_is_better: bool) -> bool:
@@ -133,21 +161,10 @@ def fit(
                 batch = next(batch_iter)
             except StopIteration:
                 break
-            batch = task.augment(task.to_device(batch, device))
-            with precision():
-                loss = task.loss(model, batch)
-            loss_value = loss.item()  # the one sync of the step
-            if not math.isfinite(loss_value):
-                raise RunFailed(f"non-finite training loss ({loss_value}) at step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
-            optimizer.step()
-            scheduler.step()
+            batch = task.to_device(batch, device)
+            loss_value = train_step(task, model, batch, optimizer, scheduler, ema, cfg.grad_clip,
+                                    precision, step)
             step += 1
-            if ema is not None:
-                ema.update(model, step=step)
             measure.synchronize(device)  # so the step time is real on CUDA
             elapsed = time.perf_counter() - t0
             if step > cfg.timing_warmup_steps:  # steady state only

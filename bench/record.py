@@ -24,6 +24,10 @@ UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "seed", "de
 # that value a key stays out of the hash, so an earlier record of the same experiment still
 # resumes, and still counts as a seed of the same experiment in tables.
 LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False}
+# Model configs name their builder (``model._target_``) since model families became one file
+# each; before, the family key alone chose it. At the builder each family had then, the key
+# stays out of the hash like ``LATER_KEYS``, so earlier records resume and group with new ones.
+BUILDER_OF_FAMILY = {"attention": "models.attention_family.build", "rnn": "models.rnn_family.build"}
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
@@ -42,12 +46,20 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
             section.setdefault(key, default)
         elif key in section and section[key] == default and type(section[key]) is type(default):
             del section[key]
+    model = config.get("model")
+    if isinstance(model, dict) and model.get("family") in BUILDER_OF_FAMILY:
+        builder = BUILDER_OF_FAMILY[model["family"]]
+        if present:
+            model.setdefault("_target_", builder)
+        elif model.get("_target_") == builder:
+            del model["_target_"]
     return config
 
 
 def config_hash(cfg: DictConfig | dict) -> str:
     """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``, nor those
-    of ``LATER_KEYS`` that are at their defaults."""
+    of ``LATER_KEYS`` that are at their defaults, nor a model's builder where it is the one
+    its family had before configs named it (``BUILDER_OF_FAMILY``)."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
     data = with_later_keys(data, present=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import statistics
 import tempfile
@@ -22,12 +23,17 @@ from typing import Any
 import pandas as pd
 import scipy.stats
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 from tqdm import tqdm
 
 from bench import measure
 from bench.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
+from bench.build import Setup, build
+from bench.build import validate as validate_run
+from bench.config import compose_config
+from bench.engine import build_ema, build_optimizer, fit, train_step
 from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
 from models.attention import MultiHeadAttention
@@ -238,15 +244,21 @@ def reference_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
 
 # ---------------------------------------------------------------- (b) task models
 def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
-    from bench.cli import compose_config
-    from bench.experiment import validate
-
     run_cfg = compose_config("config", [*cfg.tasks.run_overrides, f"task={task}", f"model={model}"],
                              "speed")
     run_cfg.data_dir, run_cfg.cache_dir, run_cfg.seed = cfg.data_dir, cfg.cache_dir, cfg.seed
-    # The bare loop and the engine both train as the recipe would with these options.
-    run_cfg.trainer.dtype, run_cfg.trainer.compile = cfg.dtype, cfg.compile
-    validate(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
+    run_cfg.device = cfg.device
+    validate_run(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
+    # The bare loop and the engine both train as the recipe would under speed's own options,
+    # which a run override must not contradict unseen.
+    parsed = OverridesParser.create().parse_overrides(list(cfg.tasks.run_overrides))
+    overridden = {override.key_or_group for override in parsed}
+    for key, value in (("dtype", cfg.dtype), ("compile", cfg.compile)):
+        if f"trainer.{key}" in overridden and run_cfg.trainer[key] != value:
+            raise BenchError(f"tasks.run_overrides sets trainer.{key}={run_cfg.trainer[key]} but mhab "
+                             f"speed measures under {key}={value}; set {key}= instead (it applies "
+                             f"to the attention grid and every task model)")
+        run_cfg.trainer[key] = value
     return run_cfg
 
 
@@ -256,25 +268,15 @@ def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, devic
     clipping, the recipe's AdamW step and weight average) over batches already in memory,
     counted as the engine counts: timed samples / timed seconds. What the engine adds on top
     (its data loader, schedule, checks, bookkeeping and progress bar) is its overhead."""
-    from bench.engine import build_ema, build_optimizer
-
     optimizer = build_optimizer(model, run_cfg.trainer)
-    clip, ema = run_cfg.trainer.grad_clip, build_ema(model, run_cfg.trainer)
+    ema = build_ema(model, run_cfg.trainer)
+    precision = functools.partial(autocast, device, run_cfg.trainer.dtype)
     model.train()
     samples, seconds = 0, 0.0
     for i, batch in enumerate(batches):
         measure.synchronize(device)
         start = time.perf_counter()
-        with autocast(device, run_cfg.trainer.dtype):
-            loss = task.loss(model, task.augment(batch))
-        loss.item()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
-        optimizer.step()
-        if ema is not None:
-            ema.update(model, step=i + 1)
+        train_step(task, model, batch, optimizer, None, ema, run_cfg.trainer.grad_clip, precision, i)
         if i >= warmup:
             samples += batch[-1].shape[0]
             seconds += time.perf_counter() - start
@@ -285,8 +287,6 @@ def _engine_samples_per_s(task, model: nn.Module, splits, run_cfg: DictConfig, d
                           steps: int, warmup: int) -> float:
     """The engine's own steady-state samples/s on the same model and data. Its validation and
     test passes run too, outside the timed steps."""
-    from bench.engine import fit
-
     trainer = OmegaConf.merge(run_cfg.trainer, {"max_steps": steps, "timing_warmup_steps": warmup})
     with tempfile.TemporaryDirectory() as run_dir:
         out = fit(task, model, splits, trainer, device, Path(run_dir), run_cfg.seed, progress=False)
@@ -326,16 +326,12 @@ def paired_overhead(bare: list[float], engine: list[float]) -> tuple[float, floa
     return median_ci([1 - e / b for b, e in zip(bare, engine, strict=True)])
 
 
-def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.device) -> list[dict]:
+def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
+                       device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights. The best of each gives
     the throughput columns; the overhead is the median over the pairs (``paired_overhead``)."""
-    from bench.experiment import build_task, seed_everything
-
-    task = build_task(run_cfg)
-    seed_everything(cfg.seed)
-    splits = task.load(cfg.seed)
-    model = task.build_model(run_cfg.model, splits).to(device)
+    task, splits, model = setup.task, setup.splits, setup.model
     initial = copy.deepcopy(model.state_dict())
     compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
     t = run_cfg.trainer
@@ -349,7 +345,7 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     batches = _in_memory_batches(task, loader, steps, device)
     example = task.model_inputs(batches[0])
     forward_flops = measure.flops_per_sample(model, example) * batch_size
-    base = {"section": "task", "model": f"{task.name}/{task.dataset}:{task.model_label(run_cfg.model)}",
+    base = {"section": "task", "model": f"{task.name}/{task.dataset}:{setup.model_label(run_cfg.model)}",
             "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok",
             "sdpa_backend": "auto"}  # task models run under torch's own choice of kernel
 
@@ -382,10 +378,10 @@ def measure_task_model(run_cfg: DictConfig, cfg: DictConfig, device: torch.devic
     return [train, infer]
 
 
-def task_rows(cfg: DictConfig, run_cfgs: list[DictConfig], device: torch.device,
+def task_rows(cfg: DictConfig, models: list[tuple[DictConfig, Setup]], device: torch.device,
               progress: bool) -> Iterator[dict]:
-    for run_cfg in tqdm(run_cfgs, desc="task models", disable=not progress):
-        yield from measure_task_model(run_cfg, cfg, device)
+    for run_cfg, setup in tqdm(models, desc="task models", disable=not progress):
+        yield from measure_task_model(setup, run_cfg, cfg, device)
 
 
 # ---------------------------------------------------------------- the whole benchmark
@@ -433,9 +429,11 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         torch.set_num_threads(cfg.threads)
     if not (cfg.attention.enabled or cfg.tasks.enabled):
         raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
-    # Composed (and validated) up front: an impossible recipe stops here, before minutes of timing.
+    # Composed, validated and built up front, through 'mhab run's own build path: an
+    # impossible recipe or model stops here, with run's one-line error, before minutes of timing.
     run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
                 if cfg.tasks.enabled else [])
+    models = [(run_cfg, build(run_cfg)) for run_cfg in run_cfgs]
     torch.manual_seed(cfg.seed)
     peaks: list[float] = []
     rows: list[dict] = []
@@ -444,7 +442,7 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
         rows += reference_rows(cfg, device, progress, peaks)
     if cfg.tasks.enabled:
         peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
-        rows += task_rows(cfg, run_cfgs, device, progress)
+        rows += task_rows(cfg, models, device, progress)
     peak = max(peaks)  # the best the machine showed in this run
     frame = with_peak_share(pd.DataFrame(rows), peak)
     context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),

@@ -7,14 +7,12 @@ tokens or steps, the head, and the metric. The engine never looks inside a batch
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import (
     BatchSampler,
@@ -26,6 +24,7 @@ from torch.utils.data import (
 )
 
 from bench.errors import BenchError
+from models.inputs import InputKind
 
 Batch = tuple[Tensor, ...]
 
@@ -68,27 +67,10 @@ class Task(abc.ABC):
     def load(self, seed: int) -> Splits:
         """Read (or build and cache) the train/val/test splits."""
 
-    def model_builders(self) -> dict[str, Callable[[DictConfig, Splits], nn.Module]]:
-        """One builder per model family (``model.family``): the task's frontend and head
-        around a backbone from ``models/``."""
-        raise NotImplementedError
-
-    def build_model(self, model_cfg: DictConfig, splits: Splits) -> nn.Module:
-        builders = self.model_builders()
-        family = model_cfg.family
-        if family not in builders:
-            raise BenchError(
-                f"task={self.name} has no '{family}' model; choose one of {', '.join(builders)}"
-            )
-        return builders[family](model_cfg, splits)
-
-    def model_label(self, model_cfg: DictConfig) -> str:
-        """The model's name in records and tables (a variant of a baseline gets its own)."""
-        return model_cfg.name
-
-    def model_notes(self, model_cfg: DictConfig) -> str:
-        """How the task feeds this model, in words, for the run record."""
-        return ""
+    @abc.abstractmethod
+    def input_kind(self, splits: Splits) -> InputKind:
+        """What this task hands a model (``models.inputs``): the shape of a batch's inputs
+        and what the task needs back."""
 
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
                num_workers: int = 0) -> DataLoader:
@@ -136,23 +118,6 @@ class Task(abc.ABC):
                  final: bool = False) -> dict:
         """``{"metric": ..., "loss": ...}`` over a whole split; ``final`` marks the test
         evaluation, where a task may add details (kept in the record as ``test_details``)."""
-
-
-def build_patch_classifier(cls: type[nn.Module], m: DictConfig, splits: Splits,
-                           patch_size: int | tuple[int, int],
-                           stride: int | tuple[int, int] | None,
-                           patch_embed: str = "linear") -> nn.Module:
-    """A patch transformer classifier (ViT, AST: ``models.patch.PatchTransformerClassifier`` or
-    a subclass) over ``splits.info["input_shape"]`` (C, H, W), its width, depth, heads and head
-    pooling read from the model config the same way for every task; the patches (size, stride,
-    embedding) are the task's frontend."""
-    channels, height, width = splits.info["input_shape"]
-    return cls(
-        input_size=(height, width), patch_size=patch_size, stride=stride, in_chans=channels,
-        num_classes=splits.info["num_classes"], dim=m.dim, depth=m.depth, num_heads=m.num_heads,
-        mlp_ratio=m.mlp_ratio, dropout=m.dropout, attn_dropout=m.attn_dropout,
-        pos_encoding=m.pos_encoding, pool=m.get("pool", "token"), patch_embed=patch_embed,
-    )
 
 
 class ClassificationTask(Task):

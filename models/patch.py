@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.transformer import TransformerEncoder
+from models.attention import MultiHeadAttention
+from models.transformer import TransformerEncoder, init_cls_token, new_cls_token, prepend_cls_token
 
 
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
@@ -111,19 +112,57 @@ class PatchTransformerClassifier(nn.Module):
             )
         self.pool = pool
         self.patch_embed = PATCH_EMBEDDINGS[patch_embed](input_size, patch_size, in_chans, dim, stride)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.cls_token = new_cls_token(dim)
         self.encoder = TransformerEncoder(
             dim, depth, num_heads, mlp_ratio, dropout, attn_dropout, pos_encoding,
             max_len=self.patch_embed.num_patches + 1, norm_eps=norm_eps,
         )
         self.head_drop = nn.Dropout(dropout)
         self.head = nn.Linear(dim, num_classes)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        init_cls_token(self.cls_token)
+
+    @classmethod
+    def from_timm(cls, model: nn.Module) -> PatchTransformerClassifier:
+        """Copy a timm ``VisionTransformer`` (cls token, learned position embedding, token
+        pooling, no layer scale) into a ViT that gives the same logits."""
+        blocks = model.blocks
+        checks = {
+            "class token": model.cls_token is not None,
+            "no register tokens": getattr(model, "num_reg_tokens", 0) == 0,
+            "global_pool='token'": model.global_pool == "token",
+            "position embedding over the cls token": not model.no_embed_class,
+            "no pre-norm": isinstance(model.norm_pre, nn.Identity),
+            "no fc_norm": isinstance(model.fc_norm, nn.Identity),
+            "no layer scale": isinstance(blocks[0].ls1, nn.Identity),
+        }
+        unmet = [name for name, ok in checks.items() if not ok]
+        if unmet:
+            raise ValueError(f"timm model has no ViT counterpart here: needs {', '.join(unmet)}")
+        embed = model.patch_embed
+        dim = model.embed_dim
+        vit = cls(
+            input_size=tuple(embed.img_size), patch_size=tuple(embed.patch_size),
+            in_chans=embed.proj.in_channels, num_classes=model.num_classes, dim=dim,
+            depth=len(blocks), num_heads=blocks[0].attn.num_heads,
+            mlp_ratio=blocks[0].mlp.fc1.out_features / dim, norm_eps=model.norm.eps,
+        )
+        with torch.no_grad():
+            vit.patch_embed.proj.load_state_dict(embed.proj.state_dict())
+            vit.cls_token.copy_(model.cls_token)
+            _assert_same_shape(vit.encoder.pos.weight, model.pos_embed, "pos_embed")
+            vit.encoder.pos.weight.copy_(model.pos_embed)
+            for ours, theirs in zip(vit.encoder.layers, blocks, strict=True):
+                ours.norm1.load_state_dict(theirs.norm1.state_dict())
+                ours.attn.load_state_dict(MultiHeadAttention.from_timm(theirs.attn).state_dict())
+                ours.norm2.load_state_dict(theirs.norm2.state_dict())
+                ours.mlp.fc1.load_state_dict(theirs.mlp.fc1.state_dict())
+                ours.mlp.fc2.load_state_dict(theirs.mlp.fc2.state_dict())
+            vit.encoder.norm.load_state_dict(model.norm.state_dict())
+            vit.head.load_state_dict(model.head.state_dict())
+        return vit
 
     def tokens(self, x: Tensor) -> Tensor:
-        patches = self.patch_embed(x)  # (B, N, dim)
-        cls = self.cls_token.expand(patches.shape[0], -1, -1)  # (B, 1, dim)
-        return torch.cat([cls, patches], dim=1)  # (B, N + 1, dim)
+        return prepend_cls_token(self.cls_token, self.patch_embed(x))  # (B, N + 1, dim)
 
     def forward_features(self, x: Tensor) -> Tensor:
         return self.encoder(self.tokens(x))
@@ -132,7 +171,9 @@ class PatchTransformerClassifier(nn.Module):
         pooled = features[:, 0] if self.pool == "token" else features[:, 1:].mean(dim=1)
         return self.head(self.head_drop(pooled))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """Class logits. ``lengths`` (valid frames of a spectrogram) is taken so the model is
+        called as the RNNs are, and not used: the model reads the whole grid, padding too."""
         return self.forward_head(self.forward_features(x))
 
     def attention_maps(self, x: Tensor) -> list[Tensor]:
@@ -147,3 +188,8 @@ class PatchTransformerClassifier(nn.Module):
         last = self.attention_maps(x)[-1]  # (B, H, N + 1, N + 1)
         B, H = last.shape[:2]
         return last[:, :, 0, 1:].reshape(B, H, *self.patch_embed.grid)
+
+
+def _assert_same_shape(ours: Tensor, theirs: Tensor, name: str) -> None:
+    if ours.shape != theirs.shape:
+        raise ValueError(f"{name}: expected {tuple(ours.shape)}, got {tuple(theirs.shape)}")

@@ -65,6 +65,17 @@ class RNNClassifier(nn.Module):
         return self.head(self.drop(summary))
 
 
+class TokenRNNClassifier(RNNClassifier):
+    """Token embedding, then the RNN classifier."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, *args, **kwargs) -> None:
+        super().__init__(embed_dim, *args, **kwargs)
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return super().forward(self.embed(tokens))
+
+
 class GridRNNClassifier(RNNClassifier):
     """Reads a (B, C, H, W) grid as a sequence: one row per step (``step_axis="rows"``, an
     image read top to bottom) or one column per step (``"cols"``, a spectrogram read in time).

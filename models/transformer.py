@@ -229,3 +229,38 @@ class TransformerDecoder(_Stack):
             maps.append(weights)
         x = self.norm(x)
         return (x, maps) if return_attention else x
+
+
+# -------------------------------------------------------------------- cls token
+def new_cls_token(dim: int) -> nn.Parameter:
+    """A learned summary token, zero here; ``init_cls_token`` draws it once the rest of the
+    model is built (so the order of the random draws is the ViT's)."""
+    return nn.Parameter(torch.zeros(1, 1, dim))
+
+
+def init_cls_token(token: nn.Parameter) -> None:
+    nn.init.trunc_normal_(token, std=0.02)
+
+
+def prepend_cls_token(token: nn.Parameter, x: Tensor) -> Tensor:
+    """(B, L, dim) -> (B, L + 1, dim), the cls token first."""
+    return torch.cat([token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+class TokenTransformerClassifier(nn.Module):
+    """Token embedding, cls token, the encoder, cls-token head."""
+
+    def __init__(self, vocab_size: int, num_classes: int, max_len: int, dim: int, depth: int,
+                 num_heads: int, mlp_ratio: float, dropout: float, attn_dropout: float,
+                 pos_encoding: str) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim)
+        self.cls_token = new_cls_token(dim)
+        self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
+                                          pos_encoding, max_len + 1)
+        self.head = nn.Linear(dim, num_classes)
+        init_cls_token(self.cls_token)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = prepend_cls_token(self.cls_token, self.embed(tokens))  # (B, L + 1, dim)
+        return self.head(self.encoder(x)[:, 0])

@@ -1,7 +1,6 @@
 """Image classification: Fashion-MNIST (data root) or scikit-learn's 8x8 digits (offline).
 
-Attention model: a ViT (patches, cls token, the shared encoder, head).
-RNN baselines: read the image one row per step.
+The models get an ``ImageGrid``: the image and the patching a patch reader uses.
 """
 
 from __future__ import annotations
@@ -12,16 +11,14 @@ import os
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
-from torch import Tensor, nn
+from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from bench.data import cache_path, data_root, require_files, verify_files
 from bench.errors import BenchError
-from bench.task import Batch, ClassificationTask, Splits, build_patch_classifier
-from models.attention import MultiHeadAttention
-from models.patch import PATCH_EMBEDDINGS, PatchTransformerClassifier
-from models.rnn import GridRNNClassifier
+from bench.task import Batch, ClassificationTask, Splits
+from models.inputs import ImageGrid
+from models.patch import PATCH_EMBEDDINGS
 
 FASHION_MNIST_FILES = [
     "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -41,55 +38,6 @@ FASHION_MNIST_CLASSES = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 ]
-
-
-class ViT(PatchTransformerClassifier):
-    """The image task's attention model; ``from_timm`` loads a timm ViT of the same shape."""
-
-    @classmethod
-    def from_timm(cls, model: nn.Module) -> ViT:
-        """Copy a timm ``VisionTransformer`` (cls token, learned position embedding, token
-        pooling, no layer scale) into a ViT that gives the same logits."""
-        blocks = model.blocks
-        checks = {
-            "class token": model.cls_token is not None,
-            "no register tokens": getattr(model, "num_reg_tokens", 0) == 0,
-            "global_pool='token'": model.global_pool == "token",
-            "position embedding over the cls token": not model.no_embed_class,
-            "no pre-norm": isinstance(model.norm_pre, nn.Identity),
-            "no fc_norm": isinstance(model.fc_norm, nn.Identity),
-            "no layer scale": isinstance(blocks[0].ls1, nn.Identity),
-        }
-        unmet = [name for name, ok in checks.items() if not ok]
-        if unmet:
-            raise ValueError(f"timm model has no ViT counterpart here: needs {', '.join(unmet)}")
-        embed = model.patch_embed
-        dim = model.embed_dim
-        vit = cls(
-            input_size=tuple(embed.img_size), patch_size=tuple(embed.patch_size),
-            in_chans=embed.proj.in_channels, num_classes=model.num_classes, dim=dim,
-            depth=len(blocks), num_heads=blocks[0].attn.num_heads,
-            mlp_ratio=blocks[0].mlp.fc1.out_features / dim, norm_eps=model.norm.eps,
-        )
-        with torch.no_grad():
-            vit.patch_embed.proj.load_state_dict(embed.proj.state_dict())
-            vit.cls_token.copy_(model.cls_token)
-            _assert_same_shape(vit.encoder.pos.weight, model.pos_embed, "pos_embed")
-            vit.encoder.pos.weight.copy_(model.pos_embed)
-            for ours, theirs in zip(vit.encoder.layers, blocks, strict=True):
-                ours.norm1.load_state_dict(theirs.norm1.state_dict())
-                ours.attn.load_state_dict(MultiHeadAttention.from_timm(theirs.attn).state_dict())
-                ours.norm2.load_state_dict(theirs.norm2.state_dict())
-                ours.mlp.fc1.load_state_dict(theirs.mlp.fc1.state_dict())
-                ours.mlp.fc2.load_state_dict(theirs.mlp.fc2.state_dict())
-            vit.encoder.norm.load_state_dict(model.norm.state_dict())
-            vit.head.load_state_dict(model.head.state_dict())
-        return vit
-
-
-def _assert_same_shape(ours: Tensor, theirs: Tensor, name: str) -> None:
-    if ours.shape != theirs.shape:
-        raise ValueError(f"{name}: expected {tuple(ours.shape)}, got {tuple(theirs.shape)}")
 
 
 def random_shift_flip(x: Tensor, max_shift: int, hflip: bool) -> Tensor:
@@ -203,26 +151,7 @@ class ImageTask(ClassificationTask):
         return random_shift_flip(x, self.max_shift, self.hflip), y
 
     # ------------------------------------------------------------------ models
-    def model_builders(self):
-        return {"attention": self._vit, "rnn": self._row_rnn}
-
-    def _vit(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return build_patch_classifier(ViT, m, splits, self.patch_size, self.patch_stride,
-                                      self.patch_embed)
-
-    def _row_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
-        channels, _, width = splits.info["input_shape"]
-        return GridRNNClassifier(
-            input_dim=channels * width, num_classes=splits.info["num_classes"],
-            hidden_dim=m.dim, num_layers=m.depth, cell=m.cell,
-            bidirectional=m.bidirectional, dropout=m.dropout, step_axis="rows",
-        )
-
-    def model_notes(self, model_cfg: DictConfig) -> str:
-        if model_cfg.family == "rnn":
-            return "RNN reads the image one row per step (rows as the sequence, pixels as features)"
-        stride = self.patch_stride or self.patch_size
-        tokens = " (shifted patch tokenization)" if self.patch_embed == "shifted" else ""
-        return (f"ViT over {self.patch_size}x{self.patch_size} patches{tokens}, stride {stride}, "
-                f"cls-token head")
-
+    def input_kind(self, splits: Splits) -> ImageGrid:
+        channels, height, width = splits.info["input_shape"]
+        return ImageGrid(channels, height, width, splits.info["num_classes"], self.patch_size,
+                         self.patch_stride, self.patch_embed)

@@ -10,44 +10,11 @@ tokens/s and activation memory against sequence length on the same engine and bu
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig
-from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
 from bench.errors import BenchError
 from bench.task import ClassificationTask, Splits
-from models.rnn import RNNClassifier
-from models.transformer import TransformerEncoder
-
-
-class TokenTransformerClassifier(nn.Module):
-    """Token embedding, cls token, the shared encoder, cls-token head."""
-
-    def __init__(self, vocab_size: int, num_classes: int, max_len: int, dim: int, depth: int,
-                 num_heads: int, mlp_ratio: float, dropout: float, attn_dropout: float,
-                 pos_encoding: str) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
-                                          pos_encoding, max_len + 1)
-        self.head = nn.Linear(dim, num_classes)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        x = self.embed(tokens)  # (B, L, dim)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, L + 1, dim)
-        return self.head(self.encoder(x)[:, 0])
-
-
-class TokenRNNClassifier(RNNClassifier):
-    """Token embedding, then the shared RNN classifier."""
-
-    def __init__(self, vocab_size: int, embed_dim: int, *args, **kwargs) -> None:
-        super().__init__(embed_dim, *args, **kwargs)
-        self.embed = nn.Embedding(vocab_size, embed_dim)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        return super().forward(self.embed(tokens))
+from models.inputs import TokenSequence
 
 
 class RecallTask(ClassificationTask):
@@ -78,18 +45,5 @@ class RecallTask(ClassificationTask):
                 "sizes": {k: len(v) for k, v in parts.items()}, "chance": 1 / self.num_classes}
         return Splits(parts["train"], parts["val"], parts["test"], info)
 
-    def model_builders(self):
-        return {"attention": self._transformer, "rnn": self._rnn}
-
-    def _transformer(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return TokenTransformerClassifier(
-            self.vocab_size, self.num_classes, self.seq_len, m.dim, m.depth, m.num_heads,
-            m.mlp_ratio, m.dropout, m.attn_dropout, m.pos_encoding)
-
-    def _rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return TokenRNNClassifier(
-            self.vocab_size, m.get("embed_dim") or m.dim, self.num_classes, m.dim, m.depth,
-            m.cell, m.bidirectional, m.dropout)
-
-    def model_notes(self, model_cfg: DictConfig) -> str:
-        return f"recall the first of {self.seq_len} tokens (dependency distance {self.seq_len - 1})"
+    def input_kind(self, splits: Splits) -> TokenSequence:
+        return TokenSequence(self.vocab_size, self.seq_len, self.num_classes)

@@ -1,8 +1,8 @@
 """Spoken-digit recognition from log-mel spectrograms: FSDD (data root) or synth_digits
 (offline, espeak-ng).
 
-Attention model: AST-style, the same patch transformer as the image ViT over 2-D
-spectrogram patches (overlap allowed). RNN baselines: LSTM/GRU over spectrogram frames.
+The models get a ``FrameSequence``: the spectrogram (mel bins x frames), its valid frame
+counts, and the (mel x frame) patches a patch reader such as the AST uses (overlap allowed).
 
 Pad/crop policy: every clip is resampled to ``sample_rate``, then zero-padded at the end or
 centre-cropped to ``max_seconds``. RNNs skip the padded frames (packed sequences); the
@@ -19,26 +19,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import torchaudio
-from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_torch_save, load_state_dict
-from bench.task import Batch, ClassificationTask, Splits, build_patch_classifier
-from models.patch import PatchTransformerClassifier
-from models.rnn import GridRNNClassifier
+from bench.task import Batch, ClassificationTask, Splits
+from models.inputs import FrameSequence
 
 FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
-
-
-class SpectrogramTransformer(PatchTransformerClassifier):
-    """AST-style classifier; takes (spectrogram, lengths) like the RNNs and reads all frames."""
-
-    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
-        return super().forward(x)
 
 
 class SpeechTask(ClassificationTask):
@@ -235,25 +226,10 @@ class SpeechTask(ClassificationTask):
         return mixed, torch.maximum(lengths, lengths.flip(0))
 
     # ------------------------------------------------------------------ models
-    def model_builders(self):
-        return {"attention": self._ast, "rnn": self._frame_rnn}
-
-    def _ast(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return build_patch_classifier(SpectrogramTransformer, m, splits, self.patch_size, self.patch_stride)
-
-    def _frame_rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
-        channels, n_mels, _ = splits.info["input_shape"]
-        return GridRNNClassifier(
-            input_dim=channels * n_mels, num_classes=splits.info["num_classes"],
-            hidden_dim=m.dim, num_layers=m.depth, cell=m.cell, bidirectional=m.bidirectional,
-            dropout=m.dropout, step_axis="cols",
-        )
-
-    def model_notes(self, model_cfg: DictConfig) -> str:
-        if model_cfg.family == "rnn":
-            return "RNN reads one spectrogram frame per step, padded frames skipped"
-        return (f"AST-style: {self.patch_size[0]}x{self.patch_size[1]} (mel x frame) patches, "
-                f"stride {self.patch_stride[0]}x{self.patch_stride[1]}, cls-token head")
+    def input_kind(self, splits: Splits) -> FrameSequence:
+        channels, n_mels, frames = splits.info["input_shape"]
+        return FrameSequence(channels, n_mels, frames, splits.info["num_classes"], self.patch_size,
+                             self.patch_stride)
 
 
 def pad_or_crop(signal: Tensor, length: int) -> tuple[Tensor, int]:

@@ -21,7 +21,6 @@ import sacrebleu
 import sentencepiece as spm
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
@@ -31,7 +30,7 @@ from bench.errors import BenchError
 from bench.io import atomic_write
 from bench.task import Batch, BatchDataset, Splits, Task
 from models.decoding import beam_search, greedy_decode
-from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq
+from models.inputs import TokenPairs
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
@@ -239,35 +238,9 @@ class TranslationTask(Task):
         return src, lengths, tgt_in
 
     # ------------------------------------------------------------------ models
-    def model_builders(self):
-        return {"attention": self._transformer, "rnn": self._rnn}
-
-    def _transformer(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return TransformerSeq2Seq(
-            splits.info["vocab_size"], m.dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout,
-            m.attn_dropout, m.pos_encoding, max_len=2 * self.max_tokens + 16,
-            tie_embeddings=m.get("tie_embeddings", True), pad_id=PAD,
-        )
-
-    def _rnn(self, m: DictConfig, splits: Splits) -> nn.Module:
-        return RNNSeq2Seq(
-            splits.info["vocab_size"], m.dim, m.depth, m.cell, m.bidirectional, m.dropout,
-            additive_attention=m.get("additive_attention", False), embed_dim=m.get("embed_dim"),
-            tie_embeddings=m.get("tie_embeddings", True), pad_id=PAD,
-        )
-
-    def model_label(self, model_cfg: DictConfig) -> str:
-        if model_cfg.get("additive_attention", False):
-            return f"{model_cfg.name}+additive_attn"
-        return model_cfg.name
-
-    def model_notes(self, model_cfg: DictConfig) -> str:
-        if model_cfg.family == "attention":
-            return "Transformer encoder-decoder: causal self-attention and cross-attention through the core"
-        if model_cfg.get("additive_attention", False):
-            return ("RNN seq2seq with additive (Bahdanau) attention: a single-head learned scoring "
-                    "network, not the multi-head dot-product core")
-        return "RNN seq2seq without attention: the decoder sees the source only through its initial state"
+    def input_kind(self, splits: Splits) -> TokenPairs:
+        # Decoding stops at 1.5x the source plus 10 (models.decoding), under this bound.
+        return TokenPairs(splits.info["vocab_size"], max_len=2 * self.max_tokens + 16, pad_id=PAD)
 
     @torch.no_grad()
     def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:

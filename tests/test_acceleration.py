@@ -93,7 +93,7 @@ def test_dtype_settings():
 def test_speed_task_models_train_with_the_speed_options(tmp_path):
     """`mhab speed dtype=... compile=...` must time the bare loop and the engine alike: both
     read the run config's trainer, which takes the speed command's options."""
-    from bench.cli import compose_config
+    from bench.config import compose_config
     from bench.speed import _run_config
 
     cfg = compose_config("speed", ["dtype=bf16", "compile=aot_eager", f"cache_dir={tmp_path}"], "speed")

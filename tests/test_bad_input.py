@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from omegaconf import OmegaConf
 
-from bench.cli import CONF_DIR
+from bench.build import check_model_keys
+from bench.config import CONF_DIR, compose_config
 from bench.data import SOURCES
-from bench.experiment import MODEL_KEYS
 from tests.conftest import ROOT, run_cli
 
 DIGITS = ["run", "task=image", "task.dataset=digits", "trainer.max_steps=2", "trainer.infer_iters=1"]
@@ -84,7 +83,7 @@ def malformed_record_of_this_run(tmp: Path) -> list[str]:
     """A hand-damaged record with the hash of the run about to start, so resume must read it."""
     from hydra import compose, initialize_config_dir
 
-    from bench.cli import CONF_DIR
+    from bench.config import CONF_DIR
     from bench.record import config_hash
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -191,6 +190,39 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
     assert lines[0].startswith("mhab: error:") and case.message in lines[0], lines[0]
     assert "Traceback" not in out.stdout + out.stderr
     assert not [r for r in _readable(tmp_path / "r") if r.get("status") == "ok"]
+    if args[0] == "run" and name not in NOT_FOR_SPEED:
+        # mhab speed builds its task models through run's own path: the same line.
+        speed = run_cli(*as_speed_args(args, tmp_path), cwd=tmp_path,
+                        env={"BENCH_CACHE_DIR": str(tmp_path / "c"), **case.env})
+        assert speed.returncode == 2, speed.stderr
+        assert speed.stderr.strip().splitlines() == [lines[0].replace("'mhab run --help'",
+                                                                      "'mhab speed --help'")]
+        assert not (tmp_path / "s" / "speed.csv").exists()
+
+
+# Run cases with no speed counterpart: speed neither writes run records nor resumes, and
+# sweeps are run's alone.
+NOT_FOR_SPEED = {"results-dir-not-writable", "malformed-record-on-resume", "impossible-value-in-sweep"}
+# Keys speed has itself and hands to the run config it builds the task models from.
+SPEED_KEYS = ("data_dir", "cache_dir", "seed", "device")
+
+
+def as_speed_args(run_args: list[str], tmp: Path) -> list[str]:
+    """``mhab run ARGS`` as ``mhab speed`` measuring that one task model."""
+    task, model, overrides, own = "image", "attention", [], []
+    for arg in run_args[1:]:
+        key, _, value = arg.partition("=")
+        if key == "task":
+            task = value
+        elif key == "model":
+            model = value
+        elif key in SPEED_KEYS:
+            own.append(arg)
+        elif key != "results_dir":
+            overrides.append(arg)
+    quoted = ",".join(f"'{o}'" for o in overrides)
+    return ["speed", f"results_dir={tmp / 's'}", "attention.enabled=false", f"tasks.names=[{task}]",
+            f"tasks.models=[{model}]", f"tasks.run_overrides=[{quoted}]", *own]
 
 
 def _readable(path: Path) -> list[dict]:
@@ -209,14 +241,18 @@ def test_catalogue_is_documented_in_the_readme():
     assert len(CATALOGUE) >= 20
 
 
-def test_every_model_key_the_configs_set_passes_the_unread_key_check():
-    """The "unread-model-key" check must refuse only `+` keys: every key a config file gives a
-    model is in MODEL_KEYS."""
-    keys = set()
-    for path in Path(CONF_DIR).rglob("*.yaml"):
-        cfg = OmegaConf.load(path)
-        if path.parent.name in ("model", "model_size") or "@package model" in path.read_text():
-            keys |= set(cfg.keys())
-        elif "model" in cfg and OmegaConf.is_dict(cfg.model):
-            keys |= set(cfg.model.keys())
-    assert keys and keys <= MODEL_KEYS, keys - MODEL_KEYS
+CONF = Path(CONF_DIR)
+COMBINATIONS = [
+    [f"task={t.stem}", f"model={m.stem}", f"suite={suite}"]
+    for t in sorted((CONF / "task").glob("*.yaml")) for m in sorted((CONF / "model").glob("*.yaml"))
+    for suite in ("none", "quick", "standard")
+] + [[f"claim={c.stem}"] for c in sorted((CONF / "claim").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("overrides", COMBINATIONS, ids=" ".join)
+def test_every_model_key_the_configs_set_is_an_argument_of_its_builder(overrides):
+    """The "unread-model-key" check must refuse only keys no builder reads: every key a
+    config file gives a model, in every task, suite and claim, is an argument of the builder
+    its model config names."""
+    cfg = compose_config("config", overrides, "run")
+    check_model_keys(cfg.model)

@@ -8,12 +8,14 @@ import torch
 from omegaconf import OmegaConf
 from timm.models.vision_transformer import VisionTransformer
 
+from bench.build import build_model
 from bench.errors import BenchError
 from bench.measure import count_parameters
 from bench.task import Splits
 from models.patch import PatchEmbed2d, ShiftedPatchEmbed2d, num_patches
+from models.patch import PatchTransformerClassifier as ViT
 from models.rnn import GridRNNClassifier
-from tasks.image import ImageTask, ViT, random_shift_flip
+from tasks.image import ImageTask, random_shift_flip
 
 
 def _timm_vit(**kw):
@@ -147,13 +149,14 @@ def test_null_settings_take_each_datasets_recipe_and_overrides_win(tmp_path):
                       hflip=False, mixup_alpha=0.0)
     assert (plain.patch_embed, plain.hflip, plain.mixup_alpha) == ("linear", False, 0.0)
     splits = Splits([], [], [], {"input_shape": [1, 28, 28], "num_classes": 10})
-    model_cfg = OmegaConf.create({"dim": 16, "depth": 1, "num_heads": 2, "mlp_ratio": 2.0,
-                                  "dropout": 0.0, "attn_dropout": 0.0, "pos_encoding": "learned",
-                                  "family": "attention"})
-    assert isinstance(fashion._vit(model_cfg, splits).patch_embed, ShiftedPatchEmbed2d)
-    assert isinstance(plain._vit(model_cfg, splits).patch_embed, PatchEmbed2d)
-    assert "shifted patch tokenization" in fashion.model_notes(model_cfg)
-    assert "shifted" not in plain.model_notes(model_cfg)
+    model_cfg = OmegaConf.create({"_target_": "models.attention_family.build", "dim": 16, "depth": 1,
+                                  "num_heads": 2, "family": "attention", "name": "attention"})
+    shifted = build_model(model_cfg, fashion.input_kind(splits))
+    linear = build_model(model_cfg, plain.input_kind(splits))
+    assert isinstance(shifted.module.patch_embed, ShiftedPatchEmbed2d)
+    assert isinstance(linear.module.patch_embed, PatchEmbed2d)
+    assert "shifted patch tokenization" in shifted.notes
+    assert "shifted" not in linear.notes
 
 
 def test_fashion_mnist_needs_a_data_root(tmp_path):

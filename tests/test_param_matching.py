@@ -1,43 +1,50 @@
-"""The RNN baselines are sized, through conf/model_size, to the attention model's parameter
-count within 10%, for every task and dataset, under the task's default config."""
+"""Every baseline is sized, through conf/model_size, to the attention model's parameter count
+within 10%, for every task and dataset under the task's default config: one case per
+conf/task x conf/model pairing (and each translation RNN with additive attention)."""
+
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
-from bench.cli import CONF_DIR
+from bench.build import build_model, build_task
+from bench.config import CONF_DIR
 from bench.measure import count_parameters
 from bench.task import Splits
 
-CASES = {  # (task, dataset): what the task's loader reports about the data
+DATA_INFO = {  # (task, dataset): what the task's loader reports about the data
     ("image", "fashion_mnist"): {"input_shape": [1, 28, 28], "num_classes": 10},
     ("image", "digits"): {"input_shape": [1, 8, 8], "num_classes": 10},
     ("speech", "fsdd"): {"input_shape": [1, 40, 101], "num_classes": 10},
     ("speech", "synth_digits"): {"input_shape": [1, 40, 101], "num_classes": 10},
     ("translation", "multi30k"): {"vocab_size": 8000},
     ("translation", "quick"): {"vocab_size": 400},  # the quick suite's numbers corpus
+    ("recall", "first_token"): {},
 }
-BASELINES = {
-    "image": [["model=lstm"], ["model=gru"]],
-    "speech": [["model=lstm"], ["model=gru"]],
-    "translation": [["model=lstm"], ["model=gru"], ["model=lstm", "model.additive_attention=true"],
-                    ["model=gru", "model.additive_attention=true"]],
-}
+TASKS = sorted(p.stem for p in (Path(CONF_DIR) / "task").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (Path(CONF_DIR) / "model").glob("*.yaml"))
+VARIANTS = {"translation": [[], ["model.additive_attention=true"]]}
 
 
-def _params(task_name, dataset, overrides, info):
+def _params(task_name: str, dataset: str, overrides: list[str]) -> int:
     chosen = ["suite=quick"] if dataset == "quick" else [f"task.dataset={dataset}"]
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"task={task_name}", *chosen, *overrides])
-    task = instantiate(cfg.task, data_dir=None, cache_dir="unused")
-    return count_parameters(task.build_model(cfg.model, Splits([], [], [], info)))
+    cfg.data_dir, cfg.cache_dir = None, "unused"
+    task = build_task(cfg)
+    kind = task.input_kind(Splits([], [], [], DATA_INFO[(task_name, dataset)]))
+    return count_parameters(build_model(cfg.model, kind).module)
 
 
-@pytest.mark.parametrize("task_name, dataset", list(CASES))
-def test_rnn_baselines_match_attention_parameters_within_10_percent(task_name, dataset):
-    info = CASES[(task_name, dataset)]
-    attention = _params(task_name, dataset, ["model=attention"], info)
-    baselines = BASELINES[task_name][:2] if dataset == "quick" else BASELINES[task_name]
-    for overrides in baselines:
-        rnn = _params(task_name, dataset, overrides, info)
-        assert abs(rnn - attention) / attention <= 0.10, (overrides, rnn, attention)
+def test_every_task_config_has_a_case():
+    assert set(TASKS) == {task for task, _ in DATA_INFO}
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m != "attention"])
+@pytest.mark.parametrize("task_name, dataset", list(DATA_INFO))
+def test_baseline_matches_attention_parameters_within_10_percent(task_name, dataset, model):
+    attention = _params(task_name, dataset, ["model=attention"])
+    variants = [[]] if dataset == "quick" else VARIANTS.get(task_name, [[]])
+    for extra in variants:
+        baseline = _params(task_name, dataset, [f"model={model}", *extra])
+        assert abs(baseline - attention) / attention <= 0.10, (model, extra, baseline, attention)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from bench.errors import BenchError
-from models.patch import num_patches
-from tasks.speech import SpectrogramTransformer, SpeechTask, frame_stats, normalise, pad_or_crop
+from models.patch import PatchTransformerClassifier, num_patches
+from tasks.speech import SpeechTask, frame_stats, normalise, pad_or_crop
 from tasks.speech_synth import draw_specs, synthesise
 
 PER_DIGIT = 10
@@ -61,7 +61,7 @@ def test_second_load_hits_the_cache(synth_cache, monkeypatch):
 def test_ast_patch_count(synth_cache):
     task = _synth_task(synth_cache, patch_size=(8, 8), patch_stride=(8, 4))
     splits = task.load(0)
-    model = SpectrogramTransformer(
+    model = PatchTransformerClassifier(
         input_size=(40, 101), patch_size=(8, 8), stride=(8, 4), in_chans=1, num_classes=10,
         dim=16, depth=1, num_heads=2)
     assert num_patches((40, 101), (8, 8), (8, 4)) == (5, 24)

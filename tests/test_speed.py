@@ -179,6 +179,8 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("attention.sdpa_backends=[]", "attention.sdpa_backends must be a list of"),
     ("compile=turbo", "compile must be true, false or a torch.compile backend"),
     ("tasks.run_overrides=['trainer.ema_decay=2']", "trainer.ema_decay must be > 0 and < 1"),
+    ("tasks.run_overrides=['trainer.dtype=bf16']",
+     "tasks.run_overrides sets trainer.dtype=bf16 but mhab speed measures under dtype=float32; set dtype="),
 ])
 def test_speed_bad_input_is_one_line(tmp_path, override, message):
     out = run_cli("speed", f"results_dir={tmp_path}", override)
@@ -192,7 +194,7 @@ def test_speed_bad_input_is_one_line(tmp_path, override, message):
 def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
     """Several sdpa_backends: the impls that call SDPA are timed under each kernel, the others
     once; a kernel the device lacks leaves a status row; the choice table picks the fastest."""
-    from bench.cli import compose_config
+    from bench.config import compose_config
     from bench.report import Section, _speed_tables
 
     cfg = compose_config("speed", ["attention.batch_sizes=[2]", "attention.seq_lens=[8]",
@@ -224,3 +226,13 @@ def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
     assert "SDPA backends: math, flash, efficient" in markdown
     assert "core [flash]" in markdown and "torch [math]" in markdown
     assert "under each pinned SDPA kernel, and the fastest" in markdown
+
+
+def test_an_impossible_task_model_stops_speed_with_runs_line_before_timing(tmp_path):
+    """speed builds its task models through run's build path, before it times anything."""
+    out = run_cli("speed", f"results_dir={tmp_path}", "attention.enabled=false", "tasks.names=[image]",
+                  "tasks.models=[attention]", "tasks.run_overrides=['suite=quick','task.patch_size=16']")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "mhab: error: patch size (16, 16) is larger than the input (8, 8); use a smaller patch_size"]
+    assert not (tmp_path / "speed.csv").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.cli import CONF_DIR, sweep_points
+from bench.config import CONF_DIR, sweep_points
 from bench.record import config_hash, resolved_config
 from tests.conftest import ROOT, read_records, run_cli
 

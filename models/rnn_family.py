@@ -1,0 +1,57 @@
+"""The recurrent baselines: an LSTM or GRU reads every input one step at a time.
+
+Images one row per step, spectrograms one frame per step (padding skipped), token sequences
+one token per step, token pairs with an RNN encoder-decoder (optionally with additive
+attention, a different mechanism from the multi-head core).
+"""
+
+from __future__ import annotations
+
+from models.inputs import (
+    Built,
+    FrameSequence,
+    ImageGrid,
+    InputKind,
+    TokenPairs,
+    TokenSequence,
+    UnsupportedInput,
+)
+from models.rnn import GridRNNClassifier, TokenRNNClassifier
+from models.seq2seq import RNNSeq2Seq
+
+
+def build(inputs: InputKind, *, cell: str, dim: int, depth: int, bidirectional: bool = False,
+          dropout: float = 0.0, embed_dim: int | None = None, additive_attention: bool = False,
+          tie_embeddings: bool = True) -> Built:
+    """``depth`` stacked ``cell`` layers (lstm or gru) of ``dim`` units per direction.
+    ``embed_dim``: the token embedding's width (default ``dim``); ``additive_attention`` and
+    ``tie_embeddings``: the encoder-decoder's Bahdanau attention and shared word matrix."""
+    rnn = dict(hidden_dim=dim, num_layers=depth, cell=cell, bidirectional=bidirectional, dropout=dropout)
+    if isinstance(inputs, ImageGrid):
+        return Built(
+            GridRNNClassifier(input_dim=inputs.channels * inputs.width, num_classes=inputs.num_classes,
+                              **rnn, step_axis="rows"),
+            "RNN reads the image one row per step (rows as the sequence, pixels as features)",
+        )
+    if isinstance(inputs, FrameSequence):
+        return Built(
+            GridRNNClassifier(input_dim=inputs.channels * inputs.bins, num_classes=inputs.num_classes,
+                              **rnn, step_axis="cols"),
+            "RNN reads one spectrogram frame per step, padded frames skipped",
+        )
+    if isinstance(inputs, TokenSequence):
+        return Built(
+            TokenRNNClassifier(inputs.vocab_size, embed_dim or dim, inputs.num_classes, **rnn),
+            f"recall the first of {inputs.seq_len} tokens (dependency distance {inputs.seq_len - 1})",
+        )
+    if isinstance(inputs, TokenPairs):
+        model = RNNSeq2Seq(inputs.vocab_size, dim, depth, cell, bidirectional, dropout,
+                           additive_attention=additive_attention, embed_dim=embed_dim,
+                           tie_embeddings=tie_embeddings, pad_id=inputs.pad_id)
+        if additive_attention:
+            return Built(model, "RNN seq2seq with additive (Bahdanau) attention: a single-head "
+                                "learned scoring network, not the multi-head dot-product core",
+                         label_suffix="+additive_attn")
+        return Built(model, "RNN seq2seq without attention: the decoder sees the source only "
+                            "through its initial state")
+    raise UnsupportedInput("rnn", inputs)

@@ -1,0 +1,67 @@
+"""A model family is one file and one yaml: a 1-D convolution family defined under
+tests/families (outside bench/, models/, tasks/ and conf/) runs on every task through
+`mhab run`, found by Hydra's search path and Python's import path alone."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from bench.build import build_model
+from bench.errors import BenchError
+from models.inputs import TokenSequence
+from tests.conftest import ROOT, read_records, run_cli
+from tests.test_cli import BUDGET, TINY_TASKS
+
+FAMILY = ROOT / "tests" / "families"
+OUTSIDE = [f"hydra.searchpath=[file://{FAMILY / 'conf'}]", "model=conv1d"]
+TASKS = {**TINY_TASKS, "recall": ["task=recall", "task.seq_len=16",
+                                  "task.sizes={train:200,val:50,test:50}", *BUDGET]}
+NOTES = {"image": "rows", "speech": "frames", "translation": "causal convolution decoder",
+         "recall": "over the tokens"}
+
+
+def test_the_project_does_not_know_the_family():
+    for folder in ("bench", "models", "tasks", "conf"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".yaml"):
+                assert "conv1d" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
+    overrides = [o for o in TASKS[task] if not o.startswith("model.")]  # the family's own sizes
+    out = run_cli("run", *overrides, *OUTSIDE, f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'c'}",
+                  env={"PYTHONPATH": str(FAMILY)})
+    assert out.returncode == 0, out.stderr
+    (rec,) = read_records(tmp_path)
+    assert rec["status"] == "ok" and rec["task"] == task
+    assert rec["model"] == "conv1d" and rec["model_family"] == "conv1d"
+    assert NOTES[task] in rec["model_notes"]
+    assert rec["config"]["model"]["kernel_size"] == 3 and rec["params"] > 0
+    assert rec["steps"] == 6 and rec["test_metric"] >= 0
+
+
+def test_the_family_builder_signature_is_its_settings(tmp_path):
+    out = run_cli("run", *TASKS["image"], *OUTSIDE, "+model.kernel=5", f"results_dir={tmp_path}",
+                  env={"PYTHONPATH": str(FAMILY)})
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "mhab: error: model.kernel is not a model setting, so it would be ignored; check the "
+        "spelling, or whether it belongs to the task (task.kernel)"]
+    assert not (Path(tmp_path) / "runs").exists()
+
+
+def test_an_unimportable_builder_is_a_one_line_error(tmp_path):
+    out = run_cli("run", *TASKS["image"], *OUTSIDE, f"results_dir={tmp_path}")  # no PYTHONPATH
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("mhab: error: model._target_ 'conv1d_family.build' cannot be imported")
+
+
+def test_an_input_kind_a_family_cannot_read_is_a_user_error():
+    cfg = OmegaConf.create({"_target_": "models.attention_family.build", "name": "attention",
+                            "dim": 8, "depth": 1, "num_heads": 2})
+    build_model(cfg, TokenSequence(vocab_size=5, seq_len=4, num_classes=2))  # it reads this one
+    with pytest.raises(BenchError, match="attention model family has no reader for str inputs"):
+        build_model(cfg, "not an input kind")
