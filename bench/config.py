@@ -8,11 +8,24 @@ from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def group_choices(*groups: str) -> str:
+    """``  group: choice, choice`` per group, one per line, for ``mhab run --help``."""
+    lines = []
+    for group in groups:
+        choices = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+        lines.append(f"  {group}: {', '.join(choices)}")
+    return "\n".join(lines)
+
+
+# The help template (conf/config.yaml) lists the groups a user chooses through this resolver.
+OmegaConf.register_new_resolver("mhab_choices", group_choices, replace=True)
 
 
 def one_line(exc: Exception) -> str:

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from bench import measure
 from bench.acceleration import autocast, compile_model
+from bench.attention_examples import save_example
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Batch, Splits, Task
@@ -229,7 +230,7 @@ def fit(
     }
     attention = task.attention_example(model, splits, device)
     if attention is not None:
-        atomic_torch_save(run_dir / ATTENTION_EXAMPLE, attention)
+        save_example(run_dir / ATTENTION_EXAMPLE, attention)
         results["attention_example"] = ATTENTION_EXAMPLE
     results.update(measure.peak_memory_mb(device))
     with precision():

@@ -1,7 +1,7 @@
 """``mhab report``: report.md and a self-contained report.html from the results table.
 
-Every figure and verdict is computed from the run records; a section without data says what
-to run to fill it.
+This module draws and writes; what the report says (tables, verdicts) is computed from the
+run records in ``bench.analysis``. A section without data says what to run to fill it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.io import atomic_write, atomic_write_text, load_state_dict  # noqa: E402
+from bench.analysis import (  # noqa: E402
+    fmt,
+    heads_table,
+    heads_verdict,
+    length_buckets,
+    length_table,
+    long_range_verdict,
+    speed_verdict,
+)
+from bench.attention_examples import load_example  # noqa: E402
+from bench.io import atomic_write, atomic_write_text  # noqa: E402
 from bench.results import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
 
 TITLES = dict(
@@ -58,12 +68,6 @@ class Section:
         self.figures.append((caption, buffer.getvalue()))
 
 
-def _fmt(value: float, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}g}"
-
-
 # ---------------------------------------------------------------- sections
 def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
     s = Section("results", TITLES["results"])
@@ -83,11 +87,11 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
                     for m, c in zip(group["mean"], group["ci95"], strict=True)
                 ],
                 "params": group["params"].map(lambda v: f"{v:,.0f}"),
-                "train samples/s": group["train_samples_per_s"].map(_fmt),
-                "inference samples/s": group["infer_samples_per_s"].map(_fmt),
-                "GFLOPs/sample": (group["flops_per_sample"] / 1e9).map(_fmt),
-                "epochs": group["epochs_run"].map(lambda v: _fmt(v, 3)),
-                "wall (min)": (group["wall_time_s"] / 60).map(lambda v: _fmt(v, 3)),
+                "train samples/s": group["train_samples_per_s"].map(fmt),
+                "inference samples/s": group["infer_samples_per_s"].map(fmt),
+                "GFLOPs/sample": (group["flops_per_sample"] / 1e9).map(fmt),
+                "epochs": group["epochs_run"].map(lambda v: fmt(v, 3)),
+                "wall (min)": (group["wall_time_s"] / 60).map(lambda v: fmt(v, 3)),
             }
         )
         s.text(f"{task} / {dataset}")
@@ -138,10 +142,11 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
 
 def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
     s = Section("scaling", TITLES["scaling"])
-    lengths = _length_table(agg)
+    lengths = length_table(agg)
     path = results_dir / "speed.csv"
     if lengths.empty and not path.is_file():
-        s.text("No data: run `mhab run -m suite=claims` (recall over 16..1024 tokens) or `mhab speed`.")
+        s.text("No data: run `mhab run -m suite=claims_length` (recall over 16..1024 tokens) or "
+               "`mhab speed`.")
         return s
     if not lengths.empty:
         fig = _against_length(
@@ -227,38 +232,33 @@ def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
 
 def length_section(records: list[dict]) -> Section:
     s = Section("length", TITLES["length"])
-    rows = [
-        {"task": r["task"], "dataset": r["dataset"], "model": r["label"], "seed": r["seed"], **bucket}
-        for r in records
-        for bucket in (r.get("test_details") or {}).get("bleu_by_source_length", [])
-    ]
-    if not rows:
-        s.text("No length buckets yet: translation runs record BLEU by source length.")
+    buckets = length_buckets(records)
+    if buckets.empty:
+        s.text("No length buckets yet: runs of tasks with inputs of varying length (translation) "
+               "record their metric by input length.")
         return s
-    buckets = pd.DataFrame(rows)
-    mean = buckets.groupby(["dataset", "model", "source_tokens"], sort=False)["bleu"].mean().reset_index()
-    for dataset, group in mean.groupby("dataset"):
+    for (task, dataset), group in buckets.groupby(["task", "dataset"]):
+        metric, unit = group["metric"].iloc[0], group["unit"].iloc[0]
+        mean = group.groupby(["model", "length"], sort=False)["value"].mean().reset_index()
+        order = list(dict.fromkeys(group["length"]))
         fig, ax = plt.subplots(figsize=(5.5, 3.4))
-        order = list(dict.fromkeys(group["source_tokens"]))
-        for model, g in group.groupby("model"):
-            g = g.set_index("source_tokens").reindex(order)
-            ax.plot(order, g["bleu"], marker="o", label=model)
-        ax.set_xlabel("source length (subword tokens)")
-        ax.set_ylabel("test BLEU")
-        ax.set_title(f"translation / {dataset}")
+        for model, g in mean.groupby("model"):
+            g = g.set_index("length").reindex(order)
+            ax.plot(order, g["value"], marker="o", label=model)
+        ax.set_xlabel(f"input length ({unit})")
+        ax.set_ylabel(f"test {metric}")
+        ax.set_title(f"{task} / {dataset}")
         ax.legend(fontsize=7)
-        s.figure(f"BLEU by source length, {dataset} (mean over seeds).", fig)
-        s.table(
-            group.pivot(index="source_tokens", columns="model", values="bleu").reindex(order).reset_index()
-        )
+        s.figure(f"{task} / {dataset}: test {metric} by input length (mean over seeds).", fig)
+        s.table(mean.pivot(index="length", columns="model", values="value").reindex(order).reset_index())
     return s
 
 
 def heads_section(agg: pd.DataFrame) -> Section:
     s = Section("heads", TITLES["heads"])
-    heads = _heads_table(agg)
+    heads = heads_table(agg)
     if heads.empty:
-        s.text("No heads ablation: run `mhab run -m suite=claims` (heads 1/2/4/8 at fixed width).")
+        s.text("No heads ablation: run `mhab run -m suite=claims_heads` (heads 1/2/4/8 at fixed width).")
         return s
     for (task, dataset), group in heads.groupby(["task", "dataset"]):
         fig, ax = plt.subplots(figsize=(4.5, 3.2))
@@ -273,12 +273,6 @@ def heads_section(agg: pd.DataFrame) -> Section:
     return s
 
 
-def _heads_table(agg: pd.DataFrame) -> pd.DataFrame:
-    rows = agg[agg["variant"].astype(str).str.match(r"^heads_\d+$")].copy()
-    rows["heads"] = rows["variant"].str.removeprefix("heads_").astype(int)
-    return rows
-
-
 def attention_section(records: list[dict]) -> Section:
     s = Section("attention", TITLES["attention"])
     shown = set()
@@ -290,7 +284,7 @@ def attention_section(records: list[dict]) -> Section:
         if not path.is_file():
             continue
         try:
-            example = load_state_dict(path)
+            example = load_example(path)
         except Exception as e:  # noqa: BLE001 - a damaged or tampered file is skipped, never run
             s.text(f"Skipped {path.name} of run {rec['run_id']}: not a readable tensor file "
                    f"({type(e).__name__}).")
@@ -299,54 +293,14 @@ def attention_section(records: list[dict]) -> Section:
         s.figure(
             f"{rec['task']} / {rec['dataset']}: per-head attention of the {rec['label']} "
             f"model (seed {rec['seed']}) on the first test example.",
-            _attention_figure(example),
+            example.figure(),
         )
     if not shown:
         s.text("No attention maps yet: attention runs save one test example's per-head weights.")
     return s
 
 
-def _attention_figure(example: dict):
-    heads = example["heads"]
-    H = heads.shape[0]
-    if example["kind"] == "patch_grid":
-        image = example["input"][0]
-        fig, axes = plt.subplots(1, H + 1, figsize=(2.2 * (H + 1), 2.4))
-        axes[0].imshow(
-            image, cmap="gray", aspect="auto", origin="lower" if image.shape[0] < image.shape[1] else "upper"
-        )
-        axes[0].set_title(f"input (label {example['label']})", fontsize=8)
-        for h in range(H):
-            axes[h + 1].imshow(heads[h], cmap="viridis", aspect="auto")
-            axes[h + 1].set_title(f"head {h + 1}: cls -> patches", fontsize=8)
-    else:
-        fig, axes = plt.subplots(1, H, figsize=(3.2 * H, 3.2), squeeze=False)
-        axes = axes[0]
-        for h in range(H):
-            axes[h].imshow(heads[h], cmap="viridis", aspect="auto")
-            axes[h].set_xticks(
-                range(len(example["source_tokens"])), example["source_tokens"], rotation=90, fontsize=6
-            )
-            axes[h].set_yticks(range(len(example["target_tokens"])), example["target_tokens"], fontsize=6)
-            axes[h].set_title(f"head {h + 1}: target -> source", fontsize=8)
-    for ax in axes:
-        if example["kind"] == "patch_grid":
-            ax.set_xticks([])
-            ax.set_yticks([])
-    return fig
-
-
 # ---------------------------------------------------------------- claims
-def _compare(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> str:
-    """'higher', 'lower' or 'overlap' for a against b, by their 95% intervals."""
-    a_ci, b_ci = (0.0 if math.isnan(c) else c for c in (a_ci, b_ci))
-    if a_mean - a_ci > b_mean + b_ci:
-        return "higher"
-    if a_mean + a_ci < b_mean - b_ci:
-        return "lower"
-    return "overlap"
-
-
 def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], results_dir: Path) -> Section:
     s = Section("claims", TITLES["claims"])
     hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
@@ -354,139 +308,10 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
         f"Measured on: {hardware}. Verdicts compare 95% confidence intervals over seeds; "
         f"a single seed gives no interval, so such comparisons are marked inconclusive."
     )
-    s.text("1. Several heads see more than one. " + _heads_verdict(agg))
-    s.text("2. Attention is more parallel and faster than RNNs. " + _speed_verdict(agg))
-    s.text("3. Attention handles long-range dependencies. " + _long_range_verdict(agg, records))
+    s.text("1. Several heads see more than one. " + heads_verdict(agg))
+    s.text("2. Attention is more parallel and faster than RNNs. " + speed_verdict(agg))
+    s.text("3. Attention handles long-range dependencies. " + long_range_verdict(agg, records))
     return s
-
-
-def _heads_verdict(agg: pd.DataFrame) -> str:
-    heads = _heads_table(agg)
-    verdicts = []
-    for (task, dataset), group in heads.groupby(["task", "dataset"]):
-        one = group[group["heads"] == 1]
-        many = group[group["heads"] > 1]
-        if one.empty or many.empty:
-            continue
-        best = many.loc[many["mean"].idxmax()]
-        one = one.iloc[0]
-        if one["seeds"] < 2 or best["seeds"] < 2:
-            verdicts.append(f"{task}/{dataset}: inconclusive (one seed)")
-            continue
-        outcome = _compare(best["mean"], best["ci95"], one["mean"], one["ci95"])
-        word = {"higher": "supported", "lower": "not supported", "overlap": "inconclusive at these CIs"}[
-            outcome
-        ]
-        verdicts.append(
-            f"{task}/{dataset}: {word} ({int(best['heads'])} heads {best['mean']:.4g} ± "
-            f"{best['ci95']:.2g} vs 1 head {one['mean']:.4g} ± {one['ci95']:.2g})"
-        )
-    return "; ".join(verdicts) + "." if verdicts else "No data: the heads ablation has not been run."
-
-
-def _length_table(agg: pd.DataFrame) -> pd.DataFrame:
-    """The recall length sweep (variants ``length_L``), with tokens/s = samples/s x L."""
-    rows = agg[agg["variant"].astype(str).str.match(r"^length_\d+$")].copy()
-    rows["seq_len"] = rows["variant"].str.removeprefix("length_").astype(int)
-    rows["train_tokens_per_s"] = rows["train_samples_per_s"] * rows["seq_len"]
-    return rows
-
-
-def _speed_verdict(agg: pd.DataFrame) -> str:
-    ratios, parts = [], []
-
-    def name(row: pd.Series) -> str:  # the variant is the section; the setting sets rows apart
-        return label(row["model"], "default", row["setting"])
-
-    default = agg[agg["variant"] == "default"]
-    for (task, dataset), group in default.groupby(["task", "dataset"]):
-        attn = group[group["model"] == "attention"]
-        rnns = group[group["model"] != "attention"]
-        if attn.empty or rnns.empty:
-            continue
-        fastest = rnns.loc[rnns["train_samples_per_s"].idxmax()]
-        for _, row in attn.iterrows():  # each attention setting is its own measurement
-            ratio = row["train_samples_per_s"] / fastest["train_samples_per_s"]
-            ratios.append(ratio)
-            parts.append(
-                f"{task}/{dataset}: {name(row)} trains at {ratio:.2f}x the samples/s of the "
-                f"fastest RNN, {name(fastest)}"
-            )
-    lengths = _length_table(agg)
-    for seq_len, group in lengths.groupby("seq_len"):
-        attn = group[group["model"] == "attention"]
-        rnns = group[group["model"] != "attention"]
-        if attn.empty or rnns.empty:
-            continue
-        for _, row in attn.iterrows():
-            ratio = row["train_tokens_per_s"] / rnns["train_tokens_per_s"].max()
-            ratios.append(ratio)
-            parts.append(
-                f"recall at {seq_len} tokens: {name(row)} at {ratio:.2f}x the training tokens/s "
-                "of the fastest RNN"
-            )
-    if not parts:
-        return "No data."
-    if all(r > 1 for r in ratios):
-        verdict = "Supported on this hardware"
-    elif all(r < 1 for r in ratios):
-        verdict = "Not supported on this hardware"
-    else:
-        verdict = "Mixed on this hardware"
-    return f"{verdict}: " + "; ".join(parts) + " (throughput, one measurement per run: no CI)."
-
-
-def _long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
-    lengths = _length_table(agg)
-    if not lengths.empty:
-        longest = lengths["seq_len"].max()
-        group = lengths[lengths["seq_len"] == longest]
-        attn, rnns = group[group["model"] == "attention"], group[group["model"] != "attention"]
-        if not attn.empty and not rnns.empty:
-            a, best = attn.iloc[0], rnns.loc[rnns["mean"].idxmax()]
-            outcome = _compare(a["mean"], a["ci95"], best["mean"], best["ci95"])
-            if min(a["seeds"], best["seeds"]) < 2:
-                word = "Inconclusive (one seed)"
-            else:
-                word = {
-                    "higher": "Supported",
-                    "lower": "Not supported",
-                    "overlap": "Inconclusive at these CIs",
-                }[outcome]
-            return (
-                f"{word}: recalling a token {longest - 1} steps back, attention scores "
-                f"{a['mean']:.3g} ± {_fmt(a['ci95'], 2)} vs the best RNN ({best['model']}) "
-                f"{best['mean']:.3g} ± {_fmt(best['ci95'], 2)}."
-            )
-    by_model: dict[str, dict[str, list[float]]] = {}
-    attention_labels = set()
-    for r in records:
-        for b in (r.get("test_details") or {}).get("bleu_by_source_length", []):
-            by_model.setdefault(r["label"], {}).setdefault(b["source_tokens"], []).append(b["bleu"])
-            if r["model"] == "attention":
-                attention_labels.add(r["label"])
-    if not attention_labels or len(by_model) < 2:
-        return "No data: needs translation runs of attention and an RNN (BLEU by source length)."
-    if len(attention_labels) > 1:
-        return ("Inconclusive: several attention settings have length buckets; compare them in "
-                "the table of metric by input length.")
-    attention = attention_labels.pop()
-    if len(by_model[attention]) < 2:  # one bucket says nothing about length
-        return ("No data: all test sources fall in one length bucket; run the recall length sweep "
-                "(`mhab run -m suite=claims`) or translate longer text.")
-    longest = list(by_model[attention])[-1]
-    attn = sum(by_model[attention][longest]) / len(by_model[attention][longest])
-    others = {
-        m: sum(v[longest]) / len(v[longest]) for m, v in by_model.items() if m != attention and longest in v
-    }
-    if not others:
-        return "No data for the longest bucket."
-    best_model, best = max(others.items(), key=lambda kv: kv[1])
-    word = "Supported" if attn > best else "Not supported"
-    return (
-        f"{word} on the longest source bucket ({longest} tokens): attention BLEU {attn:.3g} vs best RNN "
-        f"{best_model} {best:.3g} (means over seeds; per-bucket CIs not computed, so treat as indicative)."
-    )
 
 
 # ---------------------------------------------------------------- writing

@@ -3,6 +3,7 @@ and aggregated over seeds with t-distribution confidence intervals."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -20,16 +21,50 @@ COLUMNS = [
     "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
     "infer_latency_ms_median", "flops_per_sample", "train_activation_mb", "peak_memory_mb", "epochs_run",
     "wall_time_s", "device", "device_name", "config_hash", "run_id", "error",
+    "num_heads", "num_heads_sweep", "seq_len", "seq_len_sweep",
 ]
 GROUP = ["task", "dataset", "model", "variant", "setting"]
 MAX_SETTING_KEYS = 3
+# The experiment axes the report draws against, read from each record's config: (config key,
+# whether a sweep along it compares models). The runs of one sweep are those whose configs
+# agree on everything but the axis and the variant label (and the model section, where the
+# sweep compares models); ``<axis>_sweep`` names that group.
+AXES = {"num_heads": ("model.num_heads", False), "seq_len": ("task.seq_len", True)}
 
 
 def _row(rec: dict) -> dict:
     env = rec.get("environment") or {}
     row = {key: rec.get(key) for key in COLUMNS}
     row["device"], row["device_name"] = env.get("device"), env.get("device_name")
-    return row
+    return {**row, **axis_values(rec.get("config"))}
+
+
+def axis_values(config: dict | None) -> dict[str, Any]:
+    """Each axis's value in ``config`` and the sweep it belongs to (None without one)."""
+    flat = _flatten(with_later_keys({k: v for k, v in (config or {}).items()
+                                     if k not in (*UNHASHED_KEYS, "hydra", "variant")}, present=True))
+    out: dict[str, Any] = {}
+    for axis, (key, across_models) in AXES.items():
+        if key not in flat:
+            out[axis] = out[f"{axis}_sweep"] = None
+            continue
+        rest = {k: v for k, v in flat.items() if k != key and not (across_models and k.startswith("model."))}
+        out[axis] = json.loads(flat[key])
+        out[f"{axis}_sweep"] = hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:12]
+    return out
+
+
+def metric_by_length(rec: dict) -> dict | None:
+    """A record's test metric by input length (``test_details["metric_by_length"]``); records
+    written before it was generic kept translation's BLEU by source length, read as the same."""
+    details = rec.get("test_details") or {}
+    if "metric_by_length" in details:
+        return details["metric_by_length"]
+    if "bleu_by_source_length" in details:
+        return {"unit": "source subword tokens", "metric": "bleu",
+                "buckets": [{"length": b["source_tokens"], "count": b["sentences"], "value": b["bleu"]}
+                            for b in details["bleu_by_source_length"]]}
+    return None
 
 
 def _flatten(config: dict, prefix: str = "") -> dict[str, str]:
@@ -141,6 +176,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*GROUP, "metric_name", "seeds", "mean", "std", "ci95"])
     grouped = ok.groupby(GROUP, dropna=False)
     out = grouped.agg(
+        model_family=("model_family", "first"),
         metric_name=("metric_name", "first"),
         seeds=("seed", "nunique"),
         mean=("test_metric", "mean"),
@@ -153,6 +189,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         peak_memory_mb=("peak_memory_mb", "max"),
         epochs_run=("epochs_run", "mean"),
         wall_time_s=("wall_time_s", "mean"),
+        **{column: (column, "first") for axis in AXES for column in (axis, f"{axis}_sweep")},
     ).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
                [confidence_interval(g["test_metric"]) for _, g in grouped])

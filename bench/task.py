@@ -7,6 +7,8 @@ tokens or steps, the head, and the metric. The engine never looks inside a batch
 from __future__ import annotations
 
 import abc
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from bench.attention_examples import AttentionExample, PatchGridExample
 from bench.errors import BenchError
 from models.inputs import InputKind
 
@@ -100,7 +103,8 @@ class Task(abc.ABC):
         """Training-time augmentation on a batch already on the device."""
         return batch
 
-    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+    def attention_example(self, model: nn.Module, splits: Splits,
+                          device: torch.device) -> AttentionExample | None:
         """Per-head attention weights on one real test example, for the report; None when the
         model has none to show."""
         return None
@@ -120,6 +124,22 @@ class Task(abc.ABC):
         evaluation, where a task may add details (kept in the record as ``test_details``)."""
 
 
+def metric_by_length(lengths: list[int], edges: tuple[int, ...], unit: str, metric: str,
+                     score: Callable[[list[int]], float]) -> dict:
+    """The test metric per bucket of input length, the record detail every task that has
+    lengths emits (``test_details["metric_by_length"]``) and the report draws: buckets
+    ``1-edges[0]``, ..., ``edges[-1]+1`` and up, each scored by ``score(member indices)``;
+    empty buckets are left out."""
+    bounds = [0, *edges, math.inf]
+    buckets = []
+    for low, high in zip(bounds[:-1], bounds[1:], strict=True):
+        members = [i for i, n in enumerate(lengths) if low < n <= high]
+        if members:
+            label = f"{low + 1}-{high}" if high != math.inf else f"{low + 1}+"
+            buckets.append({"length": label, "count": len(members), "value": score(members)})
+    return {"unit": unit, "metric": metric, "buckets": buckets}
+
+
 class ClassificationTask(Task):
     """Cross-entropy training and accuracy, for any task whose batch is (*inputs, labels)."""
 
@@ -131,15 +151,16 @@ class ClassificationTask(Task):
         self.mixup_alpha = mixup_alpha
 
     @torch.no_grad()
-    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+    def attention_example(self, model: nn.Module, splits: Splits,
+                          device: torch.device) -> PatchGridExample | None:
         """The cls token's last-layer attention over the patch grid, per head, for the first
         test example (models with a ``cls_attention_grid``: the ViT and the AST)."""
         if not hasattr(model, "cls_attention_grid"):
             return None
         item = splits.test[0]
         x = item[0][None].to(device)
-        return {"kind": "patch_grid", "input": item[0].cpu(), "label": int(item[-1]),
-                "heads": model.cls_attention_grid(x)[0].cpu()}
+        return PatchGridExample(input=item[0].cpu(), label=int(item[-1]),
+                                heads=model.cls_attention_grid(x)[0].cpu())
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         inputs, labels = self.model_inputs(batch), batch[-1]

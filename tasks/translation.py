@@ -25,10 +25,11 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
+from bench.attention_examples import CrossAttentionExample
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_write
-from bench.task import Batch, BatchDataset, Splits, Task
+from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length
 from models.decoding import beam_search, greedy_decode
 from models.inputs import TokenPairs
 
@@ -243,16 +244,16 @@ class TranslationTask(Task):
         return TokenPairs(splits.info["vocab_size"], max_len=2 * self.max_tokens + 16, pad_id=PAD)
 
     @torch.no_grad()
-    def attention_example(self, model: nn.Module, splits: Splits, device: torch.device) -> dict | None:
+    def attention_example(self, model: nn.Module, splits: Splits,
+                          device: torch.device) -> CrossAttentionExample | None:
         """Last-layer cross-attention, per head, for the first test pair (Transformer only)."""
         if not hasattr(model, "cross_attention"):
             return None
         test: PairDataset = splits.test
         src, lengths, tgt_in, _, _ = self.to_device(test[[0]], device)
         weights = model.cross_attention(src, lengths, tgt_in)[-1][0].cpu()  # (H, T, S)
-        return {"kind": "cross", "heads": weights,
-                "source_tokens": self.sp.IdToPiece(test.src_ids[0]),
-                "target_tokens": ["<s>", *self.sp.IdToPiece(test.tgt_ids[0])]}
+        return CrossAttentionExample(heads=weights, source_tokens=self.sp.IdToPiece(test.src_ids[0]),
+                                     target_tokens=["<s>", *self.sp.IdToPiece(test.tgt_ids[0])])
 
     # ------------------------------------------------------------------ training and scoring
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -300,7 +301,7 @@ class TranslationTask(Task):
                 "chrf_signature": str(chrf.get_signature()),
                 "decoding": (f"beam search, beam {self.beam_size}, length penalty {self.length_penalty}"
                              if self.beam_size > 1 else "greedy"),
-                "bleu_by_source_length": self.bleu_by_length(dataset.src_ids, hyps, refs),
+                "metric_by_length": self.bleu_by_length(dataset.src_ids, hyps, refs),
                 "samples": [
                     {"source": s, "reference": r, "hypothesis": h}
                     for s, r, h in list(zip(dataset.src_text, refs, hyps, strict=True))[: self.num_samples]
@@ -308,16 +309,10 @@ class TranslationTask(Task):
             })
         return result
 
-    def bleu_by_length(self, sources: list[list[int]], hyps: list[str], refs: list[str]) -> list[dict]:
+    def bleu_by_length(self, sources: list[list[int]], hyps: list[str], refs: list[str]) -> dict:
         """Corpus BLEU per bucket of source length in subword tokens (language-neutral: a
         German number is one word but many tokens)."""
-        edges = [0, *self.length_buckets, math.inf]
-        buckets = []
-        for low, high in zip(edges[:-1], edges[1:], strict=True):
-            members = [i for i, s in enumerate(sources) if low < len(s) <= high]
-            if not members:
-                continue
-            label = f"{low + 1}-{high}" if high != math.inf else f"{low + 1}+"
-            score = sacrebleu.corpus_bleu([hyps[i] for i in members], [[refs[i] for i in members]]).score
-            buckets.append({"source_tokens": label, "sentences": len(members), "bleu": score})
-        return buckets
+        return metric_by_length(
+            [len(s) for s in sources], self.length_buckets, "source subword tokens", "bleu",
+            lambda members: sacrebleu.corpus_bleu([hyps[i] for i in members],
+                                                  [[refs[i] for i in members]]).score)

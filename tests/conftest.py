@@ -38,6 +38,7 @@ def write_record(root: Path, name: str, **fields) -> dict:
            "config_hash": "h", "run_dir": str(run), "run_id": name,
            "environment": {"device": "cpu", "device_name": "Test CPU"}}
     rec.update(fields)
+    rec.setdefault("model_family", "attention" if rec["model"] == "attention" else "rnn")
     (run / "record.json").write_text(json.dumps(rec))
     return rec
 

@@ -32,6 +32,9 @@ def test_run_help_lists_groups_and_choices():
     assert out.returncode == 0
     assert "model: attention, gru, lstm" in out.stdout
     assert "task: image, recall, speech, translation" in out.stdout
+    chosen, internal = out.stdout.split("== Groups set by those choices (not typed) ==")
+    assert "suite: claims_heads, claims_length, none, quick, standard" in chosen
+    assert "model_size" not in chosen and "suite_task" in internal  # what users choose comes first
 
 
 @pytest.mark.parametrize("task", list(TINY_TASKS))
@@ -59,7 +62,9 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
     if task == "translation":
         details = rec["test_details"]
         assert details["bleu_signature"].startswith("nrefs:1") and 0 <= details["chrf"] <= 100
-        assert details["bleu_by_source_length"] and len(details["samples"]) == 5
+        by_length = details["metric_by_length"]
+        assert by_length["metric"] == "bleu" and by_length["unit"] == "source subword tokens"
+        assert sum(b["count"] for b in by_length["buckets"]) == 20 and len(details["samples"]) == 5
         assert rec["metric_name"] == "bleu" and details["perplexity"] > 1
     assert (Path(rec["run_dir"]) / "best.pt").is_file()
     if model == "attention":  # per-head attention on a real test example, for the report

@@ -26,21 +26,26 @@ def results(tmp_path):
                     train_samples_per_s=speed)
         for heads, acc in ((1, 0.80), (2, 0.86), (4, 0.88), (8, 0.87)):
             write_record(root, f"heads{heads}-{seed}", variant=f"heads_{heads}", seed=seed,
-                    test_metric=acc + 0.002 * seed)
+                         test_metric=acc + 0.002 * seed, config_hash=f"heads{heads}",
+                         config={"model": {"num_heads": heads}, "variant": f"heads_{heads}"})
         for model, base in (("attention", 30.0), ("gru", 20.0)):
             drop = 0 if model == "attention" else 4
-            buckets = [{"source_tokens": b, "sentences": 10, "bleu": base - i * drop}
+            buckets = [{"length": b, "count": 10, "value": base - i * drop}
                        for i, b in enumerate(["1-12", "13-18", "19-25", "26+"])]
             write_record(root, f"tr-{model}-{seed}", task="translation", dataset="multi30k", model=model,
                     seed=seed, metric_name="bleu", test_metric=base + seed,
                     train_samples_per_s=50.0 if model == "attention" else 80.0,
-                    test_details={"bleu_by_source_length": buckets,
+                    test_details={"metric_by_length": {"unit": "source subword tokens", "metric": "bleu",
+                                                       "buckets": buckets},
                                   "samples": [{"source": MALICIOUS, "reference": "r", "hypothesis": "h"}]})
         recall = ((16, {"attention": 0.99, "lstm": 0.98}), (256, {"attention": 0.97, "lstm": 0.2}))
         for length, scores in recall:
             for model, acc in scores.items():
                 write_record(root, f"len{length}-{model}-{seed}", task="recall", dataset="first_token",
                         model=model, variant=f"length_{length}", seed=seed, test_metric=acc + 0.001 * seed,
+                        config_hash=f"len{length}-{model}",
+                        config={"task": {"seq_len": length}, "model": {"name": model},
+                                "variant": f"length_{length}"},
                         train_samples_per_s=1000.0 / length if model == "attention" else 200.0,
                         train_activation_mb=length * (0.5 if model == "attention" else 0.1))
     write_record(root, "failed-run", model="gru", seed=9, status="failed", test_metric=None, error=MALICIOUS)
@@ -145,7 +150,8 @@ def test_one_length_bucket_is_no_evidence(tmp_path):
         write_record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
                 metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
     claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
-    assert "3. Attention handles long-range dependencies. No data: all test sources fall in one" in claims
+    assert ("3. Attention handles long-range dependencies. Translation/numbers: no data, all test inputs "
+            "fall in one length bucket") in claims
 
 
 def _markdown_rows(text: str) -> list[dict[str, str]]:
@@ -192,5 +198,46 @@ def test_speed_claim_names_each_attention_setting(tmp_path):
     claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
     speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
     assert speed.startswith("Mixed on this hardware")
-    assert "attention (model.dim=512) trains at 0.50x the samples/s of the fastest RNN, gru" in speed
+    assert "attention (model.dim=512) trains at 0.50x the samples/s of the fastest rnn baseline, gru" in speed
     assert "attention (model.dim=null) trains at 2.00x" in speed
+
+
+def test_attention_examples_are_typed_records_that_own_their_figure(tmp_path):
+    from bench.attention_examples import CrossAttentionExample, PatchGridExample, load_example, save_example
+
+    cross = CrossAttentionExample(heads=torch.rand(2, 3, 4), source_tokens=list("abcd"),
+                                  target_tokens=list("xyz"))
+    back = load_example(save_example(tmp_path / "cross.pt", cross))
+    assert isinstance(back, CrossAttentionExample) and back.source_tokens == list("abcd")
+    torch.testing.assert_close(back.heads, cross.heads)
+    assert len(back.figure().axes) == 2  # one panel per head
+    grid = PatchGridExample(input=torch.rand(1, 8, 8), label=3, heads=torch.rand(4, 2, 2))
+    assert len(load_example(save_example(tmp_path / "grid.pt", grid)).figure().axes) == 5
+    torch.save({"kind": "video", "heads": torch.rand(1)}, tmp_path / "video.pt")
+    with pytest.raises(ValueError, match="known kind"):
+        load_example(tmp_path / "video.pt")
+    torch.save({"kind": "cross", "heads": torch.rand(1, 1, 1)}, tmp_path / "short.pt")
+    with pytest.raises(ValueError, match="without source_tokens, target_tokens"):
+        load_example(tmp_path / "short.pt")
+
+
+def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(tmp_path):
+    for seed in range(2):
+        for heads in (1, 4):  # labels that say nothing of heads: the config does
+            write_record(tmp_path, f"h{heads}-{seed}", variant=f"mine{heads}", seed=seed,
+                         test_metric=0.5 + 0.1 * heads, config_hash=f"h{heads}",
+                         config={"model": {"num_heads": heads}, "variant": f"mine{heads}"})
+    write_record(tmp_path, "label-only", variant="heads_2", test_metric=0.1)  # no config: no axis
+    for model, family, speed in (("attention", "attention", 100.0), ("gru", "rnn", 50.0),
+                                 ("conv1d", "conv1d", 400.0)):
+        write_record(tmp_path, f"{model}-default", model=model, model_family=family,
+                     train_samples_per_s=speed)
+    markdown = write_report(tmp_path)[0].read_text()
+    heads = markdown.split("## Heads ablation")[1].split("\n## ")[0]
+    assert [r["heads"] for r in _markdown_rows(heads)] == ["1", "4"]
+    claims = markdown.split("## The article's claims against the data")[1]
+    assert "1 head 0.6 ± " in claims and "2 seeds" in claims
+    speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
+    assert speed.startswith("Mixed on this hardware")
+    assert "0.25x the samples/s of the fastest conv1d baseline, conv1d" in speed
+    assert "2.00x the samples/s of the fastest rnn baseline, gru" in speed

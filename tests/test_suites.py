@@ -31,7 +31,7 @@ def test_every_job_of_every_suite_composes(suite):
     cfg = _compose([f"suite={suite}"])
     params = cfg.hydra.sweeper.params
     assert params, f"suite {suite} sweeps nothing"
-    assert cfg.results_dir == f"results/{suite}"
+    assert cfg.results_dir == f"results/{suite.split('_')[0]}"  # claims_heads, claims_length: claims
     # Compose each combination of the sweep, as the launcher will.
     combos = [[]]
     for key, values in params.items():
@@ -50,14 +50,26 @@ def test_quick_suite_uses_only_offline_datasets():
         assert _compose(["suite=quick", f"task={task}"]).task.dataset == dataset
 
 
-@pytest.mark.parametrize("claim", CLAIMS)
-def test_claim_experiments_compose_with_a_variant_label(claim):
-    cfg = _compose([f"claim={claim}"])
-    assert cfg.variant and cfg.variant in claim
-    if claim.startswith("heads_"):
-        assert cfg.model.num_heads == int(claim.split("_")[1]) and cfg.model.dim == 64
-    else:
-        assert cfg.task.name == "recall" and cfg.task.seq_len == int(claim.split("_")[1])
+def test_claim_experiments_compose_with_a_variant_label():
+    heads = _compose(["claim=heads", "model.num_heads=2"])
+    assert heads.variant == "heads_2" and heads.model.num_heads == 2 and heads.model.dim == 64
+    length = _compose(["claim=length", "model=gru", "task.seq_len=256"])
+    assert length.variant == "length_256" and length.task.name == "recall" and length.model.name == "gru"
+    assert CLAIMS == ["heads", "length"]
+
+
+def test_claims_are_sweeps_over_keys_with_the_hashes_of_their_earlier_files():
+    """The claims suites sweep model.num_heads and task.seq_len x model; each job has the hash
+    its own claim file gave it before (b406709), so recorded claims runs resume and group."""
+    earlier = {("claim=heads", "model.num_heads=2"): "44d1cbc37275",
+               ("claim=length", "model=lstm", "task.seq_len=64"): "095179c3dfec",
+               ("claim=length", "model=attention", "task.seq_len=1024"): "8e8f459f5e67"}
+    for overrides, digest in earlier.items():
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            assert config_hash(resolved_config(compose("config", overrides=list(overrides)))) == digest
+    params = _compose(["suite=claims_length"]).hydra.sweeper.params
+    assert params["task.seq_len"] == "16,64,256,1024" and params["model"] == "attention,lstm,gru"
+    assert _compose(["suite=claims_heads"]).hydra.sweeper.params["model.num_heads"] == "1,2,4,8"
 
 
 def test_sweep_points_use_every_value_once():

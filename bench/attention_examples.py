@@ -1,0 +1,86 @@
+"""Attention examples: one test input's per-head attention weights, as a task records them and
+the report draws them. Each kind is a dataclass that owns its figure; it is saved as a plain
+dict of tensors, strings and numbers (``torch.load(weights_only=True)`` reads it back, nothing
+is unpickled) with its ``kind`` beside the fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from bench.io import atomic_torch_save, load_state_dict  # noqa: E402
+
+
+@dataclass
+class PatchGridExample:
+    """The cls token's attention over a patch grid, per head (ViT, AST)."""
+
+    kind: ClassVar[str] = "patch_grid"
+    input: Tensor  # (C, H, W), the image or spectrogram
+    label: int
+    heads: Tensor  # (heads, grid_h, grid_w)
+
+    def figure(self):
+        image, heads = self.input[0].numpy(), self.heads.numpy()
+        H = heads.shape[0]
+        fig, axes = plt.subplots(1, H + 1, figsize=(2.2 * (H + 1), 2.4))
+        axes[0].imshow(image, cmap="gray", aspect="auto",
+                       origin="lower" if image.shape[0] < image.shape[1] else "upper")
+        axes[0].set_title(f"input (label {self.label})", fontsize=8)
+        for h in range(H):
+            axes[h + 1].imshow(heads[h], cmap="viridis", aspect="auto")
+            axes[h + 1].set_title(f"head {h + 1}: cls -> patches", fontsize=8)
+        for ax in axes:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        return fig
+
+
+@dataclass
+class CrossAttentionExample:
+    """A decoder's attention from each target token to the source tokens, per head."""
+
+    kind: ClassVar[str] = "cross"
+    heads: Tensor  # (heads, target tokens, source tokens)
+    source_tokens: list[str]
+    target_tokens: list[str]
+
+    def figure(self):
+        heads = self.heads.numpy()
+        H = heads.shape[0]
+        fig, axes = plt.subplots(1, H, figsize=(3.2 * H, 3.2), squeeze=False)
+        for h, ax in enumerate(axes[0]):
+            ax.imshow(heads[h], cmap="viridis", aspect="auto")
+            ax.set_xticks(range(len(self.source_tokens)), self.source_tokens, rotation=90, fontsize=6)
+            ax.set_yticks(range(len(self.target_tokens)), self.target_tokens, fontsize=6)
+            ax.set_title(f"head {h + 1}: target -> source", fontsize=8)
+        return fig
+
+
+AttentionExample = PatchGridExample | CrossAttentionExample
+KINDS: dict[str, type] = {cls.kind: cls for cls in (PatchGridExample, CrossAttentionExample)}
+
+
+def save_example(path: Path, example: AttentionExample) -> Path:
+    return atomic_torch_save(path, {"kind": example.kind, **asdict(example)})
+
+
+def load_example(path: Path) -> AttentionExample:
+    """The example saved at ``path``; ``ValueError`` for an unknown kind or missing fields (the
+    unpickler itself refuses anything but tensors and plain values)."""
+    data = load_state_dict(path)
+    cls = KINDS.get(data.get("kind")) if isinstance(data, dict) else None
+    if cls is None:
+        raise ValueError("not an attention example of a known kind")
+    missing = [f.name for f in fields(cls) if f.name not in data]
+    if missing:
+        raise ValueError(f"a {cls.kind} example without {', '.join(missing)}")
+    return cls(**{f.name: data[f.name] for f in fields(cls)})
