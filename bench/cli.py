@@ -151,7 +151,7 @@ def speed_command(args: list[str]) -> int:
               f"Keys and defaults ({Path(CONF_DIR) / 'speed.yaml'}):\n")
         print((Path(CONF_DIR) / "speed.yaml").read_text())
         return 0
-    from bench import speed
+    from bench import speed, speed_analysis
     from bench.experiment import show_progress
     from bench.results import save
 
@@ -167,14 +167,14 @@ def speed_command(args: list[str]) -> int:
     if table["sdpa_backend"].nunique() > 1 or (table["status"] != "ok").any():
         shown[2:2] = ["sdpa_backend", "status"]
     print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))
-    if not (choice := speed.backend_choice(frame)).empty:
+    if not (choice := speed_analysis.backend_choice(frame)).empty:
         print("\ncore step ms under each SDPA kernel:\n" + choice.to_string(index=False, float_format=fmt))
     print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "
           f"({cfg.matmul_size}^3 float32, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
           f"{frame['threads'].iloc[0]} threads")
-    if (rounds := speed.reference_summary(frame)) is not None:
+    if (rounds := speed_analysis.reference_summary(frame)) is not None:
         print(rounds)
-    if not (goals := speed.targets(frame)).empty:
+    if not (goals := speed_analysis.targets(frame)).empty:
         print(goals.to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0

@@ -172,7 +172,7 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed import backend_choice, reference_summary, targets
+    from bench.speed_analysis import backend_choice, reference_summary, targets
 
     context = speed.iloc[0]
     measured = speed[speed["section"] == "attention"]
