@@ -13,7 +13,7 @@ import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -22,33 +22,38 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from bench.acceleration import check_compile, check_dtype
+from bench.engine import TrainerSettings
 from bench.environment import resolve_device
 from bench.errors import BenchError
+from bench.schema import check_section, dataclass_hints, signature_hints
 from bench.task import Splits, Task
 from models.inputs import Built, InputKind
+from models.settings import NON_NEGATIVE
 
 # Model config keys that label a run rather than configure the builder.
 LABEL_KEYS = ("_target_", "name", "family")
+# Task config keys the adapter does not take as arguments, and those ``build_task`` passes.
+TASK_LABEL_KEYS = ("_target_",)
+TASK_INJECTED = ("data_dir", "cache_dir")
 
-# key: (type, lowest allowed, highest allowed or None, lowest inclusive?)
-_NUMERIC_RULES = {
-    "seed": (int, 0, None, True),
-    "trainer.epochs": (int, 1, None, True),
-    "trainer.batch_size": (int, 1, None, True),
-    "trainer.eval_batch_size": (int, 1, None, True),
-    "trainer.max_steps": (int, 1, None, True),
-    "trainer.lr": (float, 0, None, False),
-    "trainer.weight_decay": (float, 0, None, True),
-    "trainer.warmup_epochs": (float, 0, None, True),
-    "trainer.ema_decay": (float, 0, 1, False),
-    "trainer.timing_warmup_steps": (int, 0, None, True),
-    "trainer.infer_iters": (int, 1, None, True),
-    "model.dim": (int, 1, None, True),
-    "model.depth": (int, 1, None, True),
-    "model.num_heads": (int, 1, None, True),
-    "model.dropout": (float, 0, 1, True),
-    "task.mixup_alpha": (float, 0, None, True),
-}
+
+@dataclass
+class RunSettings:
+    """The top level of ``conf/config.yaml`` (the groups are checked against their own code)."""
+
+    seed: Annotated[int, NON_NEGATIVE]
+    device: str  # checked by bench.environment.resolve_device
+    results_dir: str
+    data_dir: str | None
+    cache_dir: str
+    progress: Any  # auto | true | false: checked below with its own message
+    variant: str | int | None
+    force: bool
+    task: Any
+    model: Any
+    trainer: Any
+    suite: Any  # {} from suite=none and claim=none, which set nothing under their own key
+    claim: Any
 
 
 def seed_everything(seed: int) -> None:
@@ -81,42 +86,52 @@ def model_settings(model_cfg: DictConfig) -> dict[str, Any]:
 
 
 def check_model_keys(model_cfg: DictConfig) -> None:
-    """Every model key is an argument of the builder, and every argument without a default
-    is set: a typo is not silently ignored, a missing width is not a TypeError later."""
-    params = inspect.signature(model_builder(model_cfg)).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    named = [name for name, p in params.items()
-             if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    """Every model key is an argument of the builder, of the type and in the range its
+    annotation declares, and every argument without a default is set: a typo is not silently
+    ignored, a missing width is not a TypeError later."""
+    builder = model_builder(model_cfg)
+    hints, takes_any = signature_hints(builder, skip=1)  # the first parameter takes the inputs
     settings = model_settings(model_cfg)
-    unread = sorted(set(settings) - set(named[1:]))  # the first parameter takes the inputs
+    unread = sorted(set(settings) - set(hints))
     if unread and not takes_any:
         raise BenchError(
             f"model.{unread[0]} is not a model setting, so it would be ignored; check the "
             f"spelling, or whether it belongs to the task (task.{unread[0]})"
         )
-    missing = [name for name in named[1:]
-               if params[name].default is inspect.Parameter.empty and name not in settings]
+    params = inspect.signature(builder).parameters
+    missing = [name for name in hints if params[name].default is inspect.Parameter.empty
+               and name not in settings]
     if missing:
         raise BenchError(f"model '{model_cfg.get('name')}' needs model.{missing[0]}; set it in its "
                          f"yaml or pass +model.{missing[0]}=VALUE")
+    check_section("model.", settings, hints, "model", takes_any=True)
+
+
+def task_class(task_cfg: DictConfig) -> type:
+    target = task_cfg.get("_target_")
+    module_name, _, attribute = str(target).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise BenchError(f"task._target_ '{target}' cannot be imported ({e}); check the module "
+                         f"path and that its package is importable (PYTHONPATH)") from None
+
+
+def check_task_keys(task_cfg: DictConfig) -> None:
+    """Every task key is an argument of its adapter, of the declared type and range."""
+    hints, takes_any = signature_hints(task_class(task_cfg), exclude=TASK_INJECTED)
+    settings = {k: v for k, v in task_cfg.items() if k not in TASK_LABEL_KEYS}
+    check_section("task.", settings, hints, "task", takes_any)
 
 
 def validate(cfg: DictConfig) -> None:
-    """Catch impossible hyper-parameters before anything is built or written."""
+    """Catch impossible settings before anything is built or written: every key of the top
+    level, the task, the model and the trainer against its declared type and range
+    (``bench.schema``), then what only several keys together can say."""
+    check_section("", cfg, dataclass_hints(RunSettings), "top-level")
+    check_task_keys(cfg.task)
     check_model_keys(cfg.model)
-    for key, (kind, low, high, inclusive) in _NUMERIC_RULES.items():
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is None:
-            continue
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not is_number or (kind is int and not isinstance(value, int)):
-            raise BenchError(f"{key} must be {'an integer' if kind is int else 'a number'}, "
-                             f"got {value!r}")
-        too_low = value < low if inclusive else value <= low
-        if too_low or (high is not None and value >= high):
-            bound = f">= {low}" if inclusive else f"> {low}"
-            span = f"{bound} and < {high}" if high is not None else bound
-            raise BenchError(f"{key} must be {span}, got {value}")
+    check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer")
     check_dtype(cfg.trainer.dtype, "trainer.dtype")
     check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
     if cfg.get("progress", "auto") not in ("auto", True, False):

@@ -13,8 +13,9 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from omegaconf import DictConfig
@@ -28,6 +29,31 @@ from bench.attention_examples import save_example
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Batch, Splits, Task
+from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
+
+
+@dataclass
+class TrainerSettings:
+    """The engine's recipe, ``conf/trainer/*.yaml``: the type and range of every key, checked
+    before a run (``bench.schema``). Every model of a task trains under the same one."""
+
+    epochs: Annotated[int, AT_LEAST_1]
+    max_steps: Annotated[int, AT_LEAST_1] | None
+    batch_size: Annotated[int, AT_LEAST_1]
+    eval_batch_size: Annotated[int, AT_LEAST_1]
+    lr: Annotated[float, POSITIVE]
+    min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
+    warmup_epochs: Annotated[float, NON_NEGATIVE]
+    weight_decay: Annotated[float, NON_NEGATIVE]
+    betas: tuple[Annotated[float, FRACTION], Annotated[float, FRACTION]]
+    grad_clip: Annotated[float, NON_NEGATIVE] | None  # 0 or null: no clipping
+    ema_decay: Annotated[float, Range(gt=0, lt=1)] | None
+    num_workers: Annotated[int, NON_NEGATIVE]
+    dtype: str  # float32 | bf16, checked by bench.acceleration.check_dtype
+    compile: bool | str  # checked by bench.acceleration.check_compile
+    timing_warmup_steps: Annotated[int, NON_NEGATIVE]
+    infer_iters: Annotated[int, AT_LEAST_1]
+
 
 CHECKPOINT = "best.pt"
 ATTENTION_EXAMPLE = "attention.pt"

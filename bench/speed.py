@@ -17,13 +17,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -35,8 +36,10 @@ from bench.config import compose_config
 from bench.engine import build_ema, build_optimizer, fit, train_step
 from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
+from bench.schema import check_section, dataclass_hints
 from bench.speed_analysis import TARGET, paired_overhead
 from models.attention import MultiHeadAttention
+from models.settings import AT_LEAST_1, NON_NEGATIVE
 
 ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm", "projections")
 CALLS_SDPA = ("core", "torch_no_weights", "timm")  # torch's default call computes its weights
@@ -366,39 +369,69 @@ def task_rows(cfg: DictConfig, models: list[tuple[DictConfig, Setup]], device: t
 
 
 # ---------------------------------------------------------------- the whole benchmark
-def _list_setting(cfg: DictConfig, key: str) -> Any:
-    """``key``'s value, as a plain list when it is one."""
-    value = OmegaConf.select(cfg, key)
-    return list(value) if isinstance(value, ListConfig) else value
+@dataclass
+class AttentionSpeedSettings:
+    enabled: bool
+    dim: Annotated[int, AT_LEAST_1]
+    num_heads: Annotated[int, AT_LEAST_1]
+    impls: list[Literal[ATTENTION_IMPLS]]
+    modes: list[Literal[MODES]]
+    sdpa_backends: list[Literal[SDPA_BACKENDS]]
+    batch_sizes: list[Annotated[int, AT_LEAST_1]]
+    seq_lens: list[Annotated[int, AT_LEAST_1]]
+    repeats: Annotated[int, AT_LEAST_1]
+    reference_rounds: Annotated[int, NON_NEGATIVE]
+    max_tokens: Annotated[int, AT_LEAST_1]
+
+
+@dataclass
+class TaskSpeedSettings:
+    enabled: bool
+    names: list[str]
+    models: list[str]
+    run_overrides: list[str]
+    timed_steps: Annotated[int, AT_LEAST_1]
+    min_seconds: Annotated[float, NON_NEGATIVE]
+    repeats: Annotated[int, AT_LEAST_1]
+
+
+@dataclass
+class SpeedSettings:
+    """``conf/speed.yaml``: the type and range of every key, checked before anything runs."""
+
+    device: str  # checked by bench.environment.resolve_device
+    results_dir: str
+    data_dir: str | None
+    cache_dir: str
+    seed: Annotated[int, NON_NEGATIVE]
+    threads: Annotated[int, AT_LEAST_1] | None
+    warmup: Annotated[int, NON_NEGATIVE]
+    iters: Annotated[int, AT_LEAST_1]
+    matmul_size: Annotated[int, AT_LEAST_1]
+    matmul_repeats: Annotated[int, AT_LEAST_1]
+    dtype: str  # checked by bench.acceleration.check_dtype
+    compile: bool | str  # checked by bench.acceleration.check_compile
+    progress: Any  # auto | true | false
+    attention: AttentionSpeedSettings
+    tasks: TaskSpeedSettings
 
 
 def validate(cfg: DictConfig) -> None:
-    minimums = {"warmup": 0, "iters": 1, "matmul_size": 1, "matmul_repeats": 1, "tasks.timed_steps": 1,
-                "tasks.repeats": 1, "tasks.min_seconds": 0, "attention.repeats": 1,
-                "attention.reference_rounds": 0, "attention.dim": 1, "attention.num_heads": 1,
-                "attention.max_tokens": 1}
-    is_number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-    for key, minimum in minimums.items():
-        value = OmegaConf.select(cfg, key)
-        if not is_number(value) or value < minimum:
-            raise BenchError(f"{key} must be a number >= {minimum}, got {value!r}")
-    for key in ("attention.batch_sizes", "attention.seq_lens"):
-        values = _list_setting(cfg, key)
-        if not isinstance(values, list) or not all(isinstance(v, int) and v >= 1 for v in values):
-            raise BenchError(f"{key} must be a list of whole numbers >= 1, got {values!r}")
+    check_section("", cfg, dataclass_hints(SpeedSettings), "speed")
+    if cfg.get("progress", "auto") not in ("auto", True, False):
+        raise BenchError(f"progress must be auto, true or false, got {cfg.progress!r}")
     if cfg.attention.dim % cfg.attention.num_heads:
         raise BenchError(f"attention.num_heads={cfg.attention.num_heads} does not divide "
                          f"attention.dim={cfg.attention.dim}")
-    unknown = [i for i in cfg.attention.impls if i not in ATTENTION_IMPLS]
-    if unknown:
-        raise BenchError(f"unknown attention impl '{unknown[0]}'; choose from {', '.join(ATTENTION_IMPLS)}")
-    bad_modes = [m for m in cfg.attention.modes if m not in MODES]
-    if bad_modes:
-        raise BenchError(f"unknown mode '{bad_modes[0]}'; choose from {', '.join(MODES)}")
-    backends = _list_setting(cfg, "attention.sdpa_backends")
-    if not isinstance(backends, list) or not backends or not set(backends) <= set(SDPA_BACKENDS):
-        raise BenchError(f"attention.sdpa_backends must be a list of {', '.join(SDPA_BACKENDS)}, "
-                         f"got {backends!r}")
+    parts = {"attention": ("impls", "modes", "sdpa_backends", "batch_sizes", "seq_lens"),
+             "tasks": ("names", "models")}
+    for part, keys in parts.items():
+        empty = [key for key in keys if cfg[part].enabled and not cfg[part][key]]
+        if empty:
+            raise BenchError(f"{part}.{empty[0]} is empty, so {part} would measure nothing; give it "
+                             f"at least one value, or set {part}.enabled=false")
+    if not (cfg.attention.enabled or cfg.tasks.enabled):
+        raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
     check_dtype(cfg.dtype)
     check_compile(cfg.compile, resolve_device(cfg.device))
 
@@ -408,8 +441,6 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     device = resolve_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if not (cfg.attention.enabled or cfg.tasks.enabled):
-        raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
     # Composed, validated and built up front, through 'mhab run's own build path: an
     # impossible recipe or model stops here, with run's one-line error, before minutes of timing.
     run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]

@@ -41,6 +41,19 @@ class BatchDataset(Dataset):
         raise NotImplementedError
 
 
+SPLITS = ("train", "val", "test")
+
+
+def split_sizes(key: str, sizes: dict | None, default: dict[str, int]) -> dict[str, int]:
+    """A generated dataset's split sizes: ``default`` when unset, else exactly train, val, test."""
+    if sizes is None:
+        return dict(default)
+    if sorted(sizes) != sorted(SPLITS):
+        raise BenchError(f"{key} must name exactly train, val and test, got {', '.join(sizes) or 'none'}; "
+                         f"e.g. {key}={{train:1000,val:100,test:100}}")
+    return {split: int(sizes[split]) for split in SPLITS}
+
+
 @dataclass
 class Splits:
     train: Dataset

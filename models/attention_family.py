@@ -6,6 +6,8 @@ cls token, token pairs with a Transformer encoder-decoder.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from models.inputs import (
     Built,
     FrameSequence,
@@ -17,12 +19,17 @@ from models.inputs import (
 )
 from models.patch import PatchTransformerClassifier
 from models.seq2seq import TransformerSeq2Seq
+from models.settings import AT_LEAST_1, FRACTION, POSITIVE
 from models.transformer import TokenTransformerClassifier
 
 
-def build(inputs: InputKind, *, dim: int, depth: int, num_heads: int, mlp_ratio: float = 2.0,
-          dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned",
-          pool: str = "token", tie_embeddings: bool = True) -> Built:
+def build(
+    inputs: InputKind, *, dim: Annotated[int, AT_LEAST_1], depth: Annotated[int, AT_LEAST_1],
+    num_heads: Annotated[int, AT_LEAST_1], mlp_ratio: Annotated[float, POSITIVE] = 2.0,
+    dropout: Annotated[float, FRACTION] = 0.0, attn_dropout: Annotated[float, FRACTION] = 0.0,
+    pos_encoding: Literal["sinusoidal", "learned", "rotary", "none"] = "learned",
+    pool: Literal["token", "avg"] = "token", tie_embeddings: bool = True,
+) -> Built:
     """A pre-norm transformer of ``depth`` layers of width ``dim`` with ``num_heads`` heads.
     ``pool``: what a classifier head reads (``token``: the cls token, ``avg``: the mean of
     the patch tokens); ``tie_embeddings``: one matrix for source, target and output words."""

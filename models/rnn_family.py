@@ -7,6 +7,8 @@ attention, a different mechanism from the multi-head core).
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from models.inputs import (
     Built,
     FrameSequence,
@@ -18,11 +20,15 @@ from models.inputs import (
 )
 from models.rnn import GridRNNClassifier, TokenRNNClassifier
 from models.seq2seq import RNNSeq2Seq
+from models.settings import AT_LEAST_1, FRACTION
 
 
-def build(inputs: InputKind, *, cell: str, dim: int, depth: int, bidirectional: bool = False,
-          dropout: float = 0.0, embed_dim: int | None = None, additive_attention: bool = False,
-          tie_embeddings: bool = True) -> Built:
+def build(
+    inputs: InputKind, *, cell: Literal["lstm", "gru"], dim: Annotated[int, AT_LEAST_1],
+    depth: Annotated[int, AT_LEAST_1], bidirectional: bool = False,
+    dropout: Annotated[float, FRACTION] = 0.0, embed_dim: Annotated[int, AT_LEAST_1] | None = None,
+    additive_attention: bool = False, tie_embeddings: bool = True,
+) -> Built:
     """``depth`` stacked ``cell`` layers (lstm or gru) of ``dim`` units per direction.
     ``embed_dim``: the token embedding's width (default ``dim``); ``additive_attention`` and
     ``tie_embeddings``: the encoder-decoder's Bahdanau attention and shared word matrix."""

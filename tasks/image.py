@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,7 @@ from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import ImageGrid
 from models.patch import PATCH_EMBEDDINGS
+from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE
 
 FASHION_MNIST_FILES = [
     "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -61,10 +63,12 @@ def random_shift_flip(x: Tensor, max_shift: int, hflip: bool) -> Tensor:
 class ImageTask(ClassificationTask):
     def __init__(
         self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
-        patch_size: int | None = None, patch_stride: int | None = None,
-        patch_embed: str | None = None, val_size: int = 5000,
-        split_seed: int = 0, max_shift: int | None = None, hflip: bool | None = None,
-        label_smoothing: float = 0.0, mixup_alpha: float | None = None,
+        patch_size: Annotated[int, AT_LEAST_1] | None = None,
+        patch_stride: Annotated[int, AT_LEAST_1] | None = None,
+        patch_embed: str | None = None, val_size: Annotated[int, NON_NEGATIVE] = 5000,
+        split_seed: Annotated[int, NON_NEGATIVE] = 0, max_shift: Annotated[int, NON_NEGATIVE] | None = None,
+        hflip: bool | None = None, label_smoothing: Annotated[float, FRACTION] = 0.0,
+        mixup_alpha: Annotated[float, NON_NEGATIVE] | None = None,
     ) -> None:
         loaders = {"fashion_mnist": self._fashion_mnist, "digits": self._digits}
         if dataset not in loaders:

@@ -9,18 +9,23 @@ tokens/s and activation memory against sequence length on the same engine and bu
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch.utils.data import TensorDataset
 
 from bench.errors import BenchError
-from bench.task import ClassificationTask, Splits
+from bench.task import ClassificationTask, Splits, split_sizes
 from models.inputs import TokenSequence
+from models.settings import AT_LEAST_1, NON_NEGATIVE, Range
 
 
 class RecallTask(ClassificationTask):
     def __init__(self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
-                 seq_len: int = 64, num_classes: int = 8, vocab_size: int = 32,
-                 sizes: dict | None = None, data_seed: int = 0) -> None:
+                 seq_len: Annotated[int, Range(ge=2)] = 64, num_classes: Annotated[int, Range(ge=2)] = 8,
+                 vocab_size: Annotated[int, Range(ge=2)] = 32,
+                 sizes: dict[str, Annotated[int, AT_LEAST_1]] | None = None,
+                 data_seed: Annotated[int, NON_NEGATIVE] = 0) -> None:
         super().__init__(name, dataset, data_dir, cache_dir)
         if dataset != "first_token":
             raise BenchError(f"unknown recall dataset '{dataset}'; choose first_token")
@@ -29,7 +34,7 @@ class RecallTask(ClassificationTask):
         if not 2 <= num_classes <= vocab_size:
             raise BenchError(f"task.num_classes must be in [2, vocab_size={vocab_size}], got {num_classes}")
         self.seq_len, self.num_classes, self.vocab_size = seq_len, num_classes, vocab_size
-        self.sizes = dict(sizes or {"train": 4000, "val": 500, "test": 1000})
+        self.sizes = split_sizes("task.sizes", sizes, {"train": 4000, "val": 500, "test": 1000})
         self.data_seed = data_seed
 
     def load(self, seed: int) -> Splits:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from bench.errors import BenchError
 from bench.io import atomic_torch_save, load_state_dict
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import FrameSequence
+from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 
 FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
@@ -35,13 +37,16 @@ FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are no
 class SpeechTask(ClassificationTask):
     def __init__(
         self, name: str, dataset: str, data_dir: str | None, cache_dir: str,
-        sample_rate: int = 8000, max_seconds: float = 1.0, n_mels: int = 40,
-        n_fft: int = 256, win_ms: float = 25.0, hop_ms: float = 10.0,
-        split: str = "official", holdout_speaker: str | None = None,
-        synth_per_digit: int = 100, synth_seed: int = 0,
-        patch_size: tuple[int, int] = (8, 8), patch_stride: tuple[int, int] = (8, 4),
-        specaugment: bool = False, freq_mask: int = 8, time_mask: int = 10,
-        time_shift: bool = False, label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+        sample_rate: Annotated[int, AT_LEAST_1] = 8000, max_seconds: Annotated[float, POSITIVE] = 1.0,
+        n_mels: Annotated[int, AT_LEAST_1] = 40, n_fft: Annotated[int, AT_LEAST_1] = 256,
+        win_ms: Annotated[float, POSITIVE] = 25.0, hop_ms: Annotated[float, POSITIVE] = 10.0,
+        split: Literal["official", "speaker"] = "official", holdout_speaker: str | None = None,
+        synth_per_digit: Annotated[int, AT_LEAST_1] = 100, synth_seed: Annotated[int, NON_NEGATIVE] = 0,
+        patch_size: tuple[Annotated[int, AT_LEAST_1], Annotated[int, AT_LEAST_1]] = (8, 8),
+        patch_stride: tuple[Annotated[int, AT_LEAST_1], Annotated[int, AT_LEAST_1]] = (8, 4),
+        specaugment: bool = False, freq_mask: Annotated[int, NON_NEGATIVE] = 8,
+        time_mask: Annotated[int, NON_NEGATIVE] = 10, time_shift: bool = False,
+        label_smoothing: Annotated[float, FRACTION] = 0.0, mixup_alpha: Annotated[float, NON_NEGATIVE] = 0.0,
     ) -> None:
         super().__init__(name, dataset, data_dir, cache_dir, label_smoothing=label_smoothing,
                          mixup_alpha=mixup_alpha)

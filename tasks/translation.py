@@ -15,6 +15,7 @@ import io
 import json
 import math
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import sacrebleu
@@ -29,9 +30,10 @@ from bench.attention_examples import CrossAttentionExample
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
 from bench.io import atomic_write
-from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length
+from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
 from models.decoding import beam_search, greedy_decode
 from models.inputs import TokenPairs
+from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
@@ -107,11 +109,15 @@ class TranslationTask(Task):
 
     def __init__(
         self, name: str, dataset: str, data_dir: str | None, cache_dir: str, src: str = "de",
-        tgt: str = "en", test_set: str = "test_2016_flickr", vocab_size: int = 8000,
-        sp_model_type: str = "unigram", lowercase: bool = False, max_tokens: int = 128,
-        numbers_sizes: dict | None = None, numbers_seed: int = 0, label_smoothing: float = 0.1,
-        beam_size: int = 4, length_penalty: float = 0.6, val_decoding: str = "greedy",
-        length_buckets: tuple[int, ...] = (12, 18, 25), num_samples: int = 5,
+        tgt: str = "en", test_set: str = "test_2016_flickr", vocab_size: Annotated[int, Range(ge=8)] = 8000,
+        sp_model_type: Literal["unigram", "bpe"] = "unigram", lowercase: bool = False,
+        max_tokens: Annotated[int, AT_LEAST_1] = 128,
+        numbers_sizes: dict[str, Annotated[int, AT_LEAST_1]] | None = None,
+        numbers_seed: Annotated[int, NON_NEGATIVE] = 0, label_smoothing: Annotated[float, FRACTION] = 0.1,
+        beam_size: Annotated[int, AT_LEAST_1] = 4, length_penalty: Annotated[float, NON_NEGATIVE] = 0.6,
+        val_decoding: Literal["greedy", "beam"] = "greedy",
+        length_buckets: tuple[Annotated[int, AT_LEAST_1], ...] = (12, 18, 25),
+        num_samples: Annotated[int, NON_NEGATIVE] = 5,
     ) -> None:
         super().__init__(name, dataset, data_dir, cache_dir)
         readers = {"multi30k": self._read_multi30k, "numbers": self._read_numbers}
@@ -127,7 +133,8 @@ class TranslationTask(Task):
         self.src, self.tgt, self.test_set = src, tgt, test_set
         self.vocab_size, self.sp_model_type, self.lowercase = vocab_size, sp_model_type, lowercase
         self.max_tokens = max_tokens
-        self.numbers_sizes = dict(numbers_sizes or {"train": 20000, "val": 500, "test": 1000})
+        self.numbers_sizes = split_sizes("task.numbers_sizes", numbers_sizes,
+                                         {"train": 20000, "val": 500, "test": 1000})
         self.numbers_seed = numbers_seed
         self.label_smoothing = label_smoothing
         self.beam_size, self.length_penalty, self.val_decoding = beam_size, length_penalty, val_decoding

@@ -165,9 +165,11 @@ def test_bleu_of_known_strings():
 def test_bucketed_bleu_and_signature(tmp_path):
     task = _numbers_task(tmp_path)
     sentence = "one two three four five"
-    buckets = task.bleu_by_length([[1] * 5, [1] * 30], [sentence, "x"], [sentence, "y z"])
-    assert [b["source_tokens"] for b in buckets] == ["1-12", "26+"]
-    assert buckets[0]["bleu"] == pytest.approx(100.0) and buckets[1]["bleu"] < 1
+    by_length = task.bleu_by_length([[1] * 5, [1] * 30], [sentence, "x"], [sentence, "y z"])
+    assert by_length["unit"] == "source subword tokens" and by_length["metric"] == "bleu"
+    buckets = by_length["buckets"]
+    assert [(b["length"], b["count"]) for b in buckets] == [("1-12", 1), ("26+", 1)]  # 13-25: empty
+    assert buckets[0]["value"] == pytest.approx(100.0) and buckets[1]["value"] < 1
 
 
 def test_bad_language_settings(tmp_path):

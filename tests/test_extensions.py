@@ -1,6 +1,7 @@
-"""A model family is one file and one yaml: a 1-D convolution family defined under
-tests/families (outside bench/, models/, tasks/ and conf/) runs on every task through
-`mhab run`, found by Hydra's search path and Python's import path alone."""
+"""Adding a model family takes one file and one yaml, and adding a task one adapter file and
+its configs: a 1-D convolution family and a majority-vote task, both defined under
+tests/outside (outside bench/, models/, tasks/ and conf/), run through `mhab run`, found by
+Hydra's search path and Python's import path alone."""
 
 from pathlib import Path
 
@@ -13,26 +14,28 @@ from models.inputs import TokenSequence
 from tests.conftest import ROOT, read_records, run_cli
 from tests.test_cli import BUDGET, TINY_TASKS
 
-FAMILY = ROOT / "tests" / "families"
-OUTSIDE = [f"hydra.searchpath=[file://{FAMILY / 'conf'}]", "model=conv1d"]
+OUTSIDE = ROOT / "tests" / "outside"
+SEARCH = f"hydra.searchpath=[file://{OUTSIDE / 'conf'}]"
+ENV = {"PYTHONPATH": str(OUTSIDE)}
 TASKS = {**TINY_TASKS, "recall": ["task=recall", "task.seq_len=16",
                                   "task.sizes={train:200,val:50,test:50}", *BUDGET]}
 NOTES = {"image": "rows", "speech": "frames", "translation": "causal convolution decoder",
          "recall": "over the tokens"}
 
 
-def test_the_project_does_not_know_the_family():
+def test_the_project_does_not_know_the_outside_family_or_task():
     for folder in ("bench", "models", "tasks", "conf"):
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.suffix in (".py", ".yaml"):
-                assert "conv1d" not in path.read_text(), path
+                text = path.read_text()
+                assert "conv1d" not in text and "majority" not in text, path
 
 
 @pytest.mark.parametrize("task", list(TASKS))
 def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
     overrides = [o for o in TASKS[task] if not o.startswith("model.")]  # the family's own sizes
-    out = run_cli("run", *overrides, *OUTSIDE, f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'c'}",
-                  env={"PYTHONPATH": str(FAMILY)})
+    out = run_cli("run", *overrides, SEARCH, "model=conv1d", f"results_dir={tmp_path}",
+                  f"cache_dir={tmp_path / 'c'}", env=ENV)
     assert out.returncode == 0, out.stderr
     (rec,) = read_records(tmp_path)
     assert rec["status"] == "ok" and rec["task"] == task
@@ -42,9 +45,21 @@ def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
     assert rec["steps"] == 6 and rec["test_metric"] >= 0
 
 
+def test_a_task_from_outside_runs_every_model(tmp_path):
+    out = run_cli("run", "-m", SEARCH, "task=majority", "model=attention,lstm,gru,conv1d",
+                  "model.dim=32", "trainer.epochs=2", *BUDGET[2:], f"results_dir={tmp_path}", env=ENV)
+    assert out.returncode == 0, out.stderr
+    records = read_records(tmp_path)
+    assert sorted(r["model"] for r in records) == ["attention", "conv1d", "gru", "lstm"]
+    for rec in records:
+        assert rec["status"] == "ok" and rec["task"] == "majority" and rec["dataset"] == "bits"
+        assert rec["epochs_run"] == 2 and rec["config"]["trainer"]["batch_size"] == 64  # its recipe
+        assert 0.0 <= rec["test_metric"] <= 1.0
+
+
 def test_the_family_builder_signature_is_its_settings(tmp_path):
-    out = run_cli("run", *TASKS["image"], *OUTSIDE, "+model.kernel=5", f"results_dir={tmp_path}",
-                  env={"PYTHONPATH": str(FAMILY)})
+    out = run_cli("run", *TASKS["image"], SEARCH, "model=conv1d", "+model.kernel=5",
+                  f"results_dir={tmp_path}", env=ENV)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "mhab: error: model.kernel is not a model setting, so it would be ignored; check the "
@@ -53,7 +68,7 @@ def test_the_family_builder_signature_is_its_settings(tmp_path):
 
 
 def test_an_unimportable_builder_is_a_one_line_error(tmp_path):
-    out = run_cli("run", *TASKS["image"], *OUTSIDE, f"results_dir={tmp_path}")  # no PYTHONPATH
+    out = run_cli("run", *TASKS["image"], SEARCH, "model=conv1d", f"results_dir={tmp_path}")
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("mhab: error: model._target_ 'conv1d_family.build' cannot be imported")
