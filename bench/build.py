@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,13 +156,58 @@ def build_task(cfg: DictConfig) -> Task:
         raise BenchError(f"task={cfg.task.name}: bad task settings ({cause or e})") from None
 
 
-def build_model(model_cfg: DictConfig, inputs: InputKind) -> Built:
+# What training holds per parameter, in bytes: float32 weights, gradients and AdamW's two
+# moments (the weight average and activations come on top).
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def memory_bytes(device: torch.device) -> int | None:
+    """The device's total memory (CUDA), or this machine's RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(builder: Callable[..., Built], inputs: InputKind, settings: dict, what: str,
+                 device: torch.device) -> None:
+    """Count the model's parameters on the meta device (no memory, and the random stream put
+    back as it was) and refuse a model whose training state alone exceeds the device's memory,
+    before allocating it: an allocation far beyond memory is a one-line error, not a crash."""
+    state = torch.get_rng_state()
+    try:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in builder(inputs, **settings).module.parameters())
+    except Exception:  # noqa: BLE001 - the real build reports its own errors
+        return
+    finally:
+        torch.set_rng_state(state)
+    need, have = params * TRAINING_BYTES_PER_PARAMETER, memory_bytes(device)
+    if have is not None and need > have:
+        raise BenchError(f"{what} has {params:,} parameters, whose training state needs "
+                         f"{need / 2**30:,.0f} GiB, more than the {have / 2**30:,.0f} GiB of "
+                         f"{device.type}; make it smaller")
+
+
+def build_model(model_cfg: DictConfig, inputs: InputKind, device: torch.device | None = None) -> Built:
     """The model a config names, for the task's input kind. Impossible shapes the model finds
     itself (a patch larger than the input) and an input kind it cannot read are user errors."""
+    builder, settings = model_builder(model_cfg), model_settings(model_cfg)
+    sizes = ", ".join(f"model.{k}={v}" for k, v in settings.items()
+                      if isinstance(v, int) and not isinstance(v, bool)) or "its settings"
+    check_memory(builder, inputs, settings, f"model={model_cfg.get('name')} with {sizes}",
+                 device or torch.device("cpu"))
     try:
-        built = model_builder(model_cfg)(inputs, **model_settings(model_cfg))
+        built = builder(inputs, **settings)
     except ValueError as e:
         raise BenchError(str(e)) from None
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and "allocate" not in str(e):
+            raise
+        raise BenchError(f"model={model_cfg.get('name')} with {sizes} does not fit in memory "
+                         f"({str(e).splitlines()[0]}); make it smaller") from None
     if not isinstance(built, Built):
         raise BenchError(f"model._target_ '{model_cfg._target_}' returned {type(built).__name__}, "
                          f"not a models.inputs.Built(module, notes)")
@@ -193,5 +239,5 @@ def build(cfg: DictConfig) -> Setup:
     seed_everything(cfg.seed)
     splits = task.load(cfg.seed)
     splits.check_not_empty()
-    built = build_model(cfg.model, task.input_kind(splits))
+    built = build_model(cfg.model, task.input_kind(splits), device)
     return Setup(task, splits, built.module.to(device), built, device)

@@ -66,6 +66,8 @@ def _hydra_run(cfg: DictConfig) -> float | None:
                 f.write(" ".join(str(e).split()) + "\n")
         log.error("%s", e)
         return None
+    if "locked_by" in rec:  # another process runs this job: it writes the record
+        return None
     log.info(
         "%s %s %s seed %s: test %s %.4f | %s params | train %.0f samples/s | record %s",
         rec["task"], rec["dataset"], rec["model"], rec["seed"], rec["metric_name"],

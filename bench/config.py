@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
@@ -45,11 +46,25 @@ def one_line(exc: Exception) -> str:
     return "; ".join(line for line in lines if not line.startswith(("full_key", "object_type")))
 
 
+def parse_overrides(overrides: list[str]) -> list:
+    """Hydra's parse of ``overrides``; one that does not parse is a one-line error naming it."""
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            parser.parse_overrides([text])
+        except OverrideParseException as e:
+            reason = str(e).strip().splitlines()[0]
+            raise BenchError(f"cannot read the override {text!r} ({reason}); check its brackets and "
+                             f"quotes, and quote a value with spaces or non-ASCII characters: "
+                             f"'key=\"value\"'") from None
+    return parser.parse_overrides(overrides)
+
+
 def sweep_points(overrides: list[str]) -> list[list[str]]:
     """Concrete override lists that together use every value of every sweep: the first value
     of each sweep, then each further value of one sweep with the others at their first. Each
     is validated before anything runs, so one impossible value stops the sweep up front."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parsed = parse_overrides(overrides)
     values = []
     for override, text in zip(parsed, overrides, strict=True):
         if override.is_sweep_override():
@@ -68,6 +83,7 @@ def compose_config(name: str, overrides: list[str], command: str) -> DictConfig:
     """Compose ``conf/<name>.yaml`` with ``overrides``; a mistake in them is a one-line error."""
     from hydra import compose, initialize_config_dir
 
+    parse_overrides(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):

@@ -13,3 +13,7 @@ class RunFailed(Exception):
 class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, a scheduler's time limit): stops like Ctrl-C, so the run that was cut
     short gets an ``interrupted`` record and finished runs stay as they are."""
+
+
+class NotWritable(BenchError):
+    """A file cannot be written where it belongs (a read-only or missing folder, a full disk)."""

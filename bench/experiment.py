@@ -13,7 +13,8 @@ from omegaconf import DictConfig
 from bench import engine, measure, record
 from bench.build import build, validate
 from bench.environment import environment
-from bench.errors import RunFailed, Terminated
+from bench.errors import BenchError, RunFailed, Terminated
+from bench.lock import run_lock
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -26,6 +27,24 @@ def show_progress(setting: bool | str) -> bool:
     return bool(setting)
 
 
+def _record_failure(cfg: DictConfig, resolved: dict, config_hash: str, error: Exception,
+                    started: float) -> None:
+    """A run that failed while its task, data or model was being built: recorded ``failed``
+    with its traceback (what there is to say of it), then ``RunFailed``."""
+    reason = f"{type(error).__name__}: {error}"
+    name = cfg.model.get("name")
+    stem = f"{cfg.task.name}-{cfg.task.get('dataset')}-{name}-s{cfg.seed}-{config_hash[:8]}"
+    run_dir = record.new_run_dir(cfg.results_dir, stem)
+    record.write_record(run_dir, {
+        "task": cfg.task.name, "dataset": cfg.task.get("dataset"), "model": name,
+        "model_family": cfg.model.get("family") or name, "variant": cfg.get("variant") or "default",
+        "seed": cfg.seed, "config_hash": config_hash, "config": resolved, "run_id": run_dir.name,
+        "run_dir": str(run_dir), "status": "failed", "error": f"while building the run: {reason}",
+        "traceback": traceback.format_exc(), "wall_time_s": time.time() - started,
+    })
+    raise RunFailed(f"run {run_dir.name} failed while building: {reason}") from error
+
+
 def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment and write its record; return the record.
 
@@ -35,12 +54,36 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)
     resolved = record.resolved_config(cfg)
     config_hash = record.config_hash(resolved)
-    if not cfg.get("force", False):
-        done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed)
-        if done is not None:  # resume: this experiment and seed already have an ok record
-            log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
-            return {**done, "skipped": True}
-    setup = build(cfg)
+    if (done := _recorded_ok(cfg, config_hash)) is not None:
+        return done
+    with run_lock(cfg.results_dir, config_hash, cfg.seed) as other:
+        if other is not None:  # another sweep runs this very job now: never run it twice
+            log.warning("skipping: %s seed %s (config %s) is being run by %s; its record will be "
+                        "in %s", cfg.model.get("name"), cfg.seed, config_hash, other, cfg.results_dir)
+            return {"skipped": True, "locked_by": other}
+        if (done := _recorded_ok(cfg, config_hash)) is not None:  # finished while we looked
+            return done
+        return _run(cfg, resolved, config_hash)
+
+
+def _recorded_ok(cfg: DictConfig, config_hash: str) -> dict[str, Any] | None:
+    """This experiment and seed's earlier ok record, marked skipped (unless force=true)."""
+    if cfg.get("force", False):
+        return None
+    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed)
+    if done is None:
+        return None
+    log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
+    return {**done, "skipped": True}
+
+
+def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
+    try:
+        setup = build(cfg)
+    except BenchError:
+        raise
+    except Exception as e:  # a bug, not a user mistake: recorded as a failed run like any other
+        _record_failure(cfg, resolved, config_hash, e, started=time.time())
     task, splits, model, device = setup.task, setup.splits, setup.model, setup.device
     base = {
         "task": task.name,

@@ -12,17 +12,27 @@ from typing import IO, Any
 
 import torch
 
+from bench.errors import NotWritable
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise NotWritable(f"cannot write {path} ({e.strerror}); make {path.parent} writable or "
+                          f"choose another folder") from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:  # a full disk, or a folder where the file goes
+            raise NotWritable(f"cannot write {path} ({e.strerror}); remove what is in the way or "
+                              f"choose another folder") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

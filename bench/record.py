@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 import uuid
@@ -92,12 +93,44 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
     return atomic_write_json(run_dir / RECORD, {"schema_version": SCHEMA_VERSION, **record})
 
 
+# What every record holds, and what an ok one adds: (key, types). A record is checked when read.
+RECORD_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("status", (str,)), ("task", (str,)), ("dataset", (str,)), ("model", (str,)), ("seed", (int,)),
+    ("config_hash", (str,)), ("run_id", (str,)),
+)
+OK_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("metric_name", (str,)), ("test_metric", (int, float)), ("params", (int,)),
+)
+STATUSES = ("ok", "failed", "interrupted")
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why ``rec`` is not a run record, or None."""
+    if not isinstance(rec, dict):
+        return f"a record is a JSON object, this is a {type(rec).__name__}"
+    fields = RECORD_FIELDS + (OK_FIELDS if rec.get("status") == "ok" else ())
+    for key, types in fields:
+        value = rec.get(key)
+        if key not in rec or isinstance(value, bool) or not isinstance(value, types):
+            kind = {str: "a string", int: "an integer", float: "a number"}[types[-1]]
+            return f"'{key}' must be {kind}, got {value!r}" if key in rec else f"no '{key}'"
+    if rec["status"] not in STATUSES:
+        return f"'status' must be one of {', '.join(STATUSES)}, got {rec['status']!r}"
+    if rec["status"] == "ok" and not math.isfinite(rec["test_metric"]):
+        return f"an ok run without a finite test_metric ({rec['test_metric']})"
+    return None
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BenchError(f"malformed run record {path} ({e}); delete it or rerun that run") from None
+    problem = record_problem(rec)
+    if problem:
+        raise BenchError(f"malformed run record {path} ({problem}); delete it or rerun that run")
+    return rec
 
 
 def find_ok_record(results_dir: str | Path, config_hash: str, seed: int) -> dict[str, Any] | None:

@@ -73,7 +73,6 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
     s = Section("results", TITLES["results"])
     if agg.empty:
         s.text("No successful runs yet: run `mhab run -m suite=quick`.")
-        return s
     for (task, dataset), group in agg.groupby(["task", "dataset"]):
         metric = group["metric_name"].iloc[0]
         table = pd.DataFrame(
@@ -107,8 +106,9 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
     failed = frame[frame["status"] != "ok"]
     if len(failed):
         s.text(
-            f"{len(failed)} run(s) failed and are left out: "
-            + "; ".join(f"{r.model} seed {r.seed}: {r.error}" for r in failed.itertuples())
+            f"{len(failed)} run(s) did not finish ok and are left out: "
+            + "; ".join(f"{r.task}/{r.dataset} {r.model} seed {r.seed} ({r.status}): {r.error}"
+                        for r in failed.itertuples())
         )
     return s
 

@@ -36,6 +36,7 @@ def _row(rec: dict) -> dict:
     env = rec.get("environment") or {}
     row = {key: rec.get(key) for key in COLUMNS}
     row["device"], row["device_name"] = env.get("device"), env.get("device_name")
+    row["variant"] = rec.get("variant") or "default"  # as the runner records an unlabelled run
     return {**row, **axis_values(rec.get("config"))}
 
 
@@ -172,8 +173,6 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean, std and 95% CI of the test metric over seeds, per task, dataset, model and
     variant (ok runs only), with parameters and throughput beside them."""
     ok = latest_ok(frame)
-    if ok.empty:
-        return pd.DataFrame(columns=[*GROUP, "metric_name", "seeds", "mean", "std", "ci95"])
     grouped = ok.groupby(GROUP, dropna=False)
     out = grouped.agg(
         model_family=("model_family", "first"),

@@ -23,7 +23,6 @@ from typing import Annotated, Any, Literal
 
 import pandas as pd
 import torch
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from tqdm import tqdm
@@ -32,7 +31,7 @@ from bench import measure
 from bench.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
 from bench.build import Setup, build
 from bench.build import validate as validate_run
-from bench.config import compose_config
+from bench.config import compose_config, parse_overrides
 from bench.engine import build_ema, build_optimizer, fit, train_step
 from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
@@ -252,7 +251,7 @@ def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
     validate_run(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
     # The bare loop and the engine both train as the recipe would under speed's own options,
     # which a run override must not contradict unseen.
-    parsed = OverridesParser.create().parse_overrides(list(cfg.tasks.run_overrides))
+    parsed = parse_overrides(list(cfg.tasks.run_overrides))
     overridden = {override.key_or_group for override in parsed}
     for key, value in (("dtype", cfg.dtype), ("compile", cfg.compile)):
         if f"trainer.{key}" in overridden and run_cfg.trainer[key] != value:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
+from bench.cache import discard, is_intact, record_digest
 from bench.data import cache_path, data_root, require_files, verify_files
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
@@ -107,10 +108,19 @@ class ImageTask(ClassificationTask):
             if not link.exists():
                 link.unlink(missing_ok=True)
                 os.symlink((root / name).resolve(), link)
+        # torchvision reads the unpacked copies it finds there: each is used only while it has
+        # the digest it was unpacked with; a damaged one is discarded, so all are unpacked anew.
+        unpacked = [raw / name.removesuffix(".gz") for name in FASHION_MNIST_FILES]
+        for path in unpacked:
+            if not is_intact(path):
+                discard(path)
         base = raw.parent.parent
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             train = FashionMNIST(str(base), train=True, download=True)
             test = FashionMNIST(str(base), train=False, download=True)
+        for path in unpacked:
+            if not is_intact(path):
+                record_digest(path)
         to_float = lambda d: d.data.unsqueeze(1).float() / 255.0  # (N, 1, 28, 28)
         return to_float(train), train.targets, to_float(test), test.targets, FASHION_MNIST_CLASSES
 

@@ -23,9 +23,10 @@ import torchaudio
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
+from bench.cache import discard, is_intact, store
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
-from bench.io import atomic_torch_save, load_state_dict
+from bench.io import load_state_dict
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import FrameSequence
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
@@ -95,6 +96,9 @@ class SpeechTask(ClassificationTask):
             except Exception as e:  # noqa: BLE001 - libsndfile raises several types
                 raise BenchError(f"dataset 'fsdd': cannot read {root / name} ({e}); "
                                  f"the file is corrupt, fetch it again") from None
+            if not np.isfinite(wave).all():
+                raise BenchError(f"dataset 'fsdd': {root / name} holds non-finite samples (NaN or "
+                                 f"infinity); the file is damaged, fetch it again or remove it")
             waves.append(wave.mean(axis=1))
             rates.append(rate)
             meta["digit"].append(int(match[1]))
@@ -163,16 +167,17 @@ class SpeechTask(ClassificationTask):
         }
 
     def load_features(self) -> tuple[dict, bool]:
-        """Features from the cache, computing and caching them on a miss. Returns
-        ``(features, was_cached)``."""
+        """Features from the cache while they keep the digest they were cached with, else
+        computed (and cached when the cache can be written). Returns ``(features, was_cached)``."""
         path = self.features_path()
-        if path.is_file():
+        if is_intact(path):
             try:
                 return load_state_dict(path), True
             except Exception:  # noqa: BLE001 - an unreadable cache entry is recomputed
-                path.unlink(missing_ok=True)
+                pass
+        discard(path)
         feats = self.compute_features()
-        atomic_torch_save(path, feats)
+        store(path, lambda f: torch.save(feats, f))
         return feats, False
 
     def load(self, seed: int) -> Splits:

@@ -27,9 +27,9 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from bench.attention_examples import CrossAttentionExample
+from bench.cache import discard, is_intact, store
 from bench.data import cache_path, data_root, verify_files
 from bench.errors import BenchError
-from bench.io import atomic_write
 from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
 from models.decoding import beam_search, greedy_decode
 from models.inputs import TokenPairs
@@ -200,27 +200,38 @@ class TranslationTask(Task):
         name = f"{self.dataset}-{self.src}{self.tgt}-{digest.hexdigest()[:16]}.model"
         path = cache_path(self.cache_dir, "tokenizers") / name
         sp = spm.SentencePieceProcessor()
-        if path.is_file():
+        if is_intact(path):
             try:
                 sp.Load(str(path))
                 return sp
             except (OSError, RuntimeError):
-                path.unlink(missing_ok=True)
+                pass
+        discard(path)
         model = io.BytesIO()
-        spm.SentencePieceTrainer.Train(
-            sentence_iterator=iter(train_src + train_tgt), model_writer=model,
-            vocab_size=self.vocab_size, model_type=self.sp_model_type, character_coverage=1.0,
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
-            minloglevel=2, num_threads=1,
-        )
-        atomic_write(path, lambda f: f.write(model.getvalue()))
-        sp.Load(str(path))
+        try:
+            spm.SentencePieceTrainer.Train(
+                sentence_iterator=iter(train_src + train_tgt), model_writer=model,
+                vocab_size=self.vocab_size, model_type=self.sp_model_type, character_coverage=1.0,
+                pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
+                minloglevel=2, num_threads=1,
+            )
+        except RuntimeError as e:  # SentencePiece refuses settings it cannot train with
+            reason = str(e).strip().splitlines()[-1]
+            raise BenchError(f"SentencePiece cannot train a tokenizer with task.vocab_size="
+                             f"{self.vocab_size}, task.sp_model_type={self.sp_model_type} on this "
+                             f"train split ({reason}); change them") from None
+        store(path, lambda f: f.write(model.getvalue()))
+        sp.LoadFromSerializedProto(model.getvalue())
         return sp
 
     def load(self, seed: int) -> Splits:
         raw = self._read()
         raw = {split: ([self._normalise(s) for s in src], [self._normalise(t) for t in tgt])
                for split, (src, tgt) in raw.items()}
+        for split, (src, tgt) in raw.items():
+            if not any(s and t for s, t in zip(src, tgt, strict=True)):
+                raise BenchError(f"{self.dataset}: the {split} split has no pair of non-empty "
+                                 f"sentences; check its files")
         self.sp = self.tokenizer(*raw["train"])
         encode = lambda lines: [ids[: self.max_tokens] for ids in self.sp.EncodeAsIds(lines)]
         datasets = {}

@@ -94,6 +94,47 @@ def malformed_record_of_this_run(tmp: Path) -> list[str]:
     return []
 
 
+def nan_wav(tmp: Path) -> list[str]:
+    extra = fsdd_speaker_amy(tmp)
+    soundfile.write(tmp / "data" / "fsdd" / "recordings" / "3_amy_2.wav",
+                    np.full(4000, np.nan, dtype=np.float32), 8000, subtype="FLOAT")
+    return extra
+
+
+def record_file(text: str) -> Callable[[Path], list[str]]:
+    """A results dir whose one run record holds ``text``."""
+    def setup(tmp: Path) -> list[str]:
+        run = tmp / "results" / "runs" / "20261202-000000-image-digits-attention-s0-00000000-abcdef"
+        run.mkdir(parents=True)
+        (run / "record.json").write_text(text)
+        return [str(tmp / "results")]
+    return setup
+
+
+OK_RECORD = {"status": "ok", "task": "image", "dataset": "digits", "model": "gru", "seed": 0,
+             "config_hash": "abc", "run_id": "r1", "metric_name": "accuracy", "test_metric": 0.5,
+             "params": 10}
+
+
+def output_blocked(name: str) -> Callable[[Path], list[str]]:
+    """A results dir with one good record, where a folder sits in the way of output ``name``."""
+    def setup(tmp: Path) -> list[str]:
+        extra = record_file(json.dumps(OK_RECORD))(tmp)
+        (tmp / "results" / name).mkdir()
+        return extra
+    return setup
+
+
+def empty_train_files(tmp: Path) -> list[str]:
+    """A Multi30k-style pair the project has no checksums for, whose train files are empty."""
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("fr", "cs"):
+            path = tmp / "data" / "multi30k" / f"{split}.{lang}.gz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(gzip.compress(b"" if split == "train" else b"une phrase\n" * 5))
+    return [f"data_dir={tmp / 'data'}"]
+
+
 FMNIST = list(SOURCES["fashion-mnist"].checksums())
 MULTI30K = list(SOURCES["multi30k"].checksums())
 
@@ -106,7 +147,7 @@ CATALOGUE: dict[str, Case] = {
     "unknown-dataset": Case(["run", "task.dataset=cifar"], "unknown image dataset 'cifar'"),
     "unknown-key": Case([*DIGITS, "model.foo=1"], "unknown config key 'model.foo'"),
     "unknown-pos-encoding": Case([*DIGITS, "model.pos_encoding=fourier"],
-                                 "unknown pos_encoding 'fourier'"),
+                                 "model.pos_encoding must be one of sinusoidal, learned, rotary, none"),
     "data-root-unset": Case(["run", "task.dataset=fashion_mnist"],
                             "set BENCH_DATA_DIR or pass data_dir=PATH", env={"BENCH_DATA_DIR": ""}),
     "data-root-missing": Case(["run", "task.dataset=fashion_mnist", "data_dir=/nonexistent/data"],
@@ -169,6 +210,83 @@ CATALOGUE: dict[str, Case] = {
     "no-records-to-report": Case(["report", "/nonexistent/results"], "no run records under"),
     "unknown-data-name": Case(["data", "download", "cifar10"], "unknown dataset 'cifar10'"),
     "cuda-absent": Case([*DIGITS, "device=cuda"], "no CUDA device is visible"),
+    # Settings checked against their declared types and ranges (bench/schema.py).
+    "negative-grad-clip": Case([*DIGITS, "trainer.grad_clip=-1"], "trainer.grad_clip must be >= 0, got -1"),
+    "not-a-bool": Case([*DIGITS, "task.hflip=maybe"], "task.hflip must be true or false, got 'maybe'"),
+    "trainer-key-typo": Case([*DIGITS, "+trainer.max_step=5"],
+                             "trainer.max_step is not a trainer setting, so it would be ignored; "
+                             "did you mean trainer.max_steps?"),
+    "task-key-typo": Case([*DIGITS, "+task.patchsize=2"], "did you mean task.patch_size?"),
+    "top-level-key-typo": Case([*DIGITS, "+sede=1"], "sede is not a top-level setting"),
+    "betas-out-of-range": Case([*DIGITS, "trainer.betas=[2,0.5]"],
+                               "trainer.betas[0] must be >= 0 and < 1, got 2"),
+    "betas-wrong-length": Case([*DIGITS, "trainer.betas=[0.9]"], "trainer.betas must be a list of 2"),
+    "lr-nan": Case([*DIGITS, "trainer.lr=nan"], "trainer.lr must be a finite number, got nan"),
+    "warmup-infinite": Case([*DIGITS, "trainer.warmup_epochs=inf"], "trainer.warmup_epochs must be a finite"),
+    "eval-batch-size-zero": Case([*DIGITS, "trainer.eval_batch_size=0"],
+                                 "trainer.eval_batch_size must be >= 1"),
+    "min-lr-ratio-above-one": Case([*DIGITS, "trainer.min_lr_ratio=2"],
+                                   "trainer.min_lr_ratio must be >= 0 and <= 1, got 2"),
+    "num-workers-negative": Case([*DIGITS, "trainer.num_workers=-1"], "trainer.num_workers must be >= 0"),
+    "seed-not-whole": Case([*DIGITS, "seed=1.5"], "seed must be an integer, got 1.5"),
+    "force-not-bool": Case([*DIGITS, "force=maybe"], "force must be true or false"),
+    "mlp-ratio-negative-in-sweep": Case([*DIGITS[:1], "-m", *DIGITS[1:], "model.mlp_ratio=2,-1"],
+                                        "model.mlp_ratio must be > 0, got -1"),
+    "unknown-pool": Case([*DIGITS, "+model.pool=max"], "model.pool must be one of token, avg"),
+    "unknown-rnn-cell": Case([*DIGITS, "model=lstm", "model.cell=rnn"],
+                             "model.cell must be one of lstm, gru"),
+    "model-builder-not-importable": Case([*DIGITS, "model._target_=nowhere.build"],
+                                         "model._target_ 'nowhere.build' cannot be imported"),
+    "patch-size-zero": Case([*DIGITS, "task.patch_size=0"], "task.patch_size must be >= 1, got 0"),
+    "label-smoothing-one": Case([*DIGITS, "task.label_smoothing=1"],
+                                "task.label_smoothing must be >= 0 and < 1"),
+    "window-zero": Case(["run", "task=speech", "task.dataset=synth_digits", "task.win_ms=0"],
+                        "task.win_ms must be > 0, got 0"),
+    "unknown-speech-split": Case(["run", "task=speech", "task.split=random"],
+                                 "task.split must be one of official, speaker, got 'random'"),
+    "patch-not-a-pair": Case(["run", "task=speech", "task.patch_size=[8]"],
+                             "task.patch_size must be a list of 2"),
+    "length-buckets-zero": Case([*NUMBERS, "task.length_buckets=[0,5]"],
+                                "task.length_buckets[0] must be >= 1, got 0"),
+    "split-sizes-misnamed": Case(["run", "task=recall", "+task.sizes.tset=5"],
+                                 "task.sizes must name exactly train, val and test, got train, val, "
+                                 "test, tset"),
+    "split-size-zero": Case(["run", "task=recall", "task.sizes={train:10,val:0,test:5}"],
+                            "task.sizes.val must be >= 1, got 0"),
+    "sequence-too-short": Case(["run", "task=recall", "task.seq_len=1"], "task.seq_len must be >= 2, got 1"),
+    "tokenizer-refuses": Case([*NUMBERS, "task.vocab_size=9", "task.sp_model_type=bpe"],
+                              "SentencePiece cannot train a tokenizer with task.vocab_size=9"),
+    "model-beyond-memory": Case([*DIGITS, "model.dim=100000"], "whose training state needs"),
+    "malformed-override": Case([*DIGITS, "model.dim=[1,2"], "cannot read the override 'model.dim=[1,2'"),
+    "unquoted-non-ascii-path": Case([*DIGITS, "cache_dir=/tmp/ü r"], "cannot read the override"),
+    "empty-train-files": Case(["run", "task=translation", "task.dataset=multi30k", "task.src=fr",
+                               "task.tgt=cs"], "the train split has no pair of non-empty sentences",
+                              setup=empty_train_files),
+    "non-finite-audio": Case(["run", "task=speech", "task.dataset=fsdd"],
+                             "3_amy_2.wav holds non-finite samples", setup=nan_wav),
+    # Records are checked when read; outputs that cannot be written are one line.
+    "record-not-an-object": Case(["table"], "a record is a JSON object, this is a list",
+                                 setup=record_file("[1, 2, 3]")),
+    "record-seed-not-a-number": Case(["report"], "'seed' must be an integer, got 'zero'",
+                                     setup=record_file(json.dumps({**OK_RECORD, "seed": "zero"}))),
+    "ok-record-without-metric": Case(["report"], "no 'test_metric'", setup=record_file(
+        json.dumps({k: v for k, v in OK_RECORD.items() if k != "test_metric"}))),
+    "ok-record-with-nan-metric": Case(["table"], "an ok run without a finite test_metric", setup=record_file(
+        json.dumps({**OK_RECORD, "test_metric": float("nan")}))),
+    "table-output-blocked": Case(["table"], "cannot write", setup=output_blocked("results.csv")),
+    "report-output-blocked": Case(["report"], "cannot write", setup=output_blocked("report.md")),
+    "unknown-data-name-in-check": Case(["data", "check", "cifar10"], "unknown dataset 'cifar10'"),
+    # mhab speed's own settings.
+    "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
+    "speed-nothing-to-time": Case(["speed", "attention.enabled=false", "tasks.names=[]"],
+                                  "tasks.names is empty, so tasks would measure nothing"),
+    "speed-key-typo": Case(["speed", "+tasks.repeat=3"], "did you mean tasks.repeats?"),
+    "speed-run-override-malformed": Case(["speed", "attention.enabled=false",
+                                          "tasks.run_overrides=['model.dim=[1']"],
+                                         "cannot read the override 'model.dim=[1'"),
+    "speed-run-override-contradicts": Case(["speed", "attention.enabled=false",
+                                            "tasks.run_overrides=['trainer.dtype=bf16']"],
+                                           "but mhab speed measures under dtype=float32"),
 }
 
 
@@ -181,6 +299,8 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
     args = list(case.args)
     if args[0] == "run":
         args += [f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}", *extra]
+    elif args[0] == "speed":
+        args += [f"results_dir={tmp_path / 's'}", *extra]
     else:
         args += extra
     out = run_cli(*args, cwd=tmp_path, env={"BENCH_CACHE_DIR": str(tmp_path / "c"), **case.env})
@@ -189,7 +309,7 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("mhab: error:") and case.message in lines[0], lines[0]
     assert "Traceback" not in out.stdout + out.stderr
-    assert not [r for r in _readable(tmp_path / "r") if r.get("status") == "ok"]
+    assert not [r for r in _readable(tmp_path / "r") if r.get("status") == "ok"]  # (a run's results dir)
     if args[0] == "run" and name not in NOT_FOR_SPEED:
         # mhab speed builds its task models through run's own path: the same line.
         speed = run_cli(*as_speed_args(args, tmp_path), cwd=tmp_path,
@@ -202,7 +322,8 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
 
 # Run cases with no speed counterpart: speed neither writes run records nor resumes, and
 # sweeps are run's alone.
-NOT_FOR_SPEED = {"results-dir-not-writable", "malformed-record-on-resume", "impossible-value-in-sweep"}
+NOT_FOR_SPEED = {"results-dir-not-writable", "malformed-record-on-resume", "impossible-value-in-sweep",
+                 "mlp-ratio-negative-in-sweep"}
 # Keys speed has itself and hands to the run config it builds the task models from.
 SPEED_KEYS = ("data_dir", "cache_dir", "seed", "device")
 
@@ -238,7 +359,7 @@ def test_catalogue_is_documented_in_the_readme():
     section = readme.split("## Errors", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M))
     assert documented == set(CATALOGUE)
-    assert len(CATALOGUE) >= 20
+    assert len(CATALOGUE) >= 80
 
 
 CONF = Path(CONF_DIR)
