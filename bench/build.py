@@ -63,18 +63,23 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def locate(target: Any, key: str) -> Any:
+    """The object a ``_target_`` names (``package.module.name``), or a one-line error."""
+    module_name, _, attribute = str(target).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise BenchError(f"{key} '{target}' cannot be imported ({e}); check the module path and "
+                         f"that its package is importable (PYTHONPATH)") from None
+
+
 def model_builder(model_cfg: DictConfig) -> Callable[..., Built]:
     """The function a model config names as its ``_target_``."""
     target = model_cfg.get("_target_")
     if not target:
         raise BenchError(f"model '{model_cfg.get('name')}' names no builder; add _target_: "
                          f"package.module.build to its conf/model yaml")
-    module_name, _, attribute = str(target).rpartition(".")
-    try:
-        builder = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise BenchError(f"model._target_ '{target}' cannot be imported ({e}); check the "
-                         f"module path and that its package is importable (PYTHONPATH)") from None
+    builder = locate(target, "model._target_")
     if not callable(builder):
         raise BenchError(f"model._target_ '{target}' is not a function")
     return builder
@@ -108,19 +113,10 @@ def check_model_keys(model_cfg: DictConfig) -> None:
     check_section("model.", settings, hints, "model", takes_any=True)
 
 
-def task_class(task_cfg: DictConfig) -> type:
-    target = task_cfg.get("_target_")
-    module_name, _, attribute = str(target).rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise BenchError(f"task._target_ '{target}' cannot be imported ({e}); check the module "
-                         f"path and that its package is importable (PYTHONPATH)") from None
-
-
 def check_task_keys(task_cfg: DictConfig) -> None:
     """Every task key is an argument of its adapter, of the declared type and range."""
-    hints, takes_any = signature_hints(task_class(task_cfg), exclude=TASK_INJECTED)
+    adapter = locate(task_cfg.get("_target_"), "task._target_")
+    hints, takes_any = signature_hints(adapter, exclude=TASK_INJECTED)
     settings = {k: v for k, v in task_cfg.items() if k not in TASK_LABEL_KEYS}
     check_section("task.", settings, hints, "task", takes_any)
 
