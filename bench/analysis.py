@@ -62,6 +62,8 @@ def heads_table(agg: pd.DataFrame) -> pd.DataFrame:
 def length_table(agg: pd.DataFrame) -> pd.DataFrame:
     """The sequence-length sweep (``task.seq_len``), every model, with tokens/s = samples/s x L."""
     rows = _sweeps(agg, "seq_len", ["task", "dataset"])
+    if rows.empty:
+        return rows.assign(train_tokens_per_s=[])
     rows["train_tokens_per_s"] = rows["train_samples_per_s"] * rows["seq_len"]
     return rows
 
@@ -191,5 +193,4 @@ def _by_length_verdict(buckets: pd.DataFrame) -> str:
             )
     if not verdicts:
         return "No data: needs runs of attention and a baseline that record their metric by input length."
-    text = "; ".join(verdicts) + "."
-    return text[0].upper() + text[1:]
+    return "; ".join(verdicts) + "."

@@ -150,7 +150,7 @@ def test_one_length_bucket_is_no_evidence(tmp_path):
         write_record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
                 metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
     claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
-    assert ("3. Attention handles long-range dependencies. Translation/numbers: no data, all test inputs "
+    assert ("3. Attention handles long-range dependencies. translation/numbers: no data, all test inputs "
             "fall in one length bucket") in claims
 
 
@@ -241,3 +241,22 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
     assert speed.startswith("Mixed on this hardware")
     assert "0.25x the samples/s of the fastest conv1d baseline, conv1d" in speed
     assert "2.00x the samples/s of the fastest rnn baseline, gru" in speed
+
+
+def test_metric_by_length_is_judged_against_each_baseline_family():
+    from bench.analysis import long_range_verdict
+
+    records = []
+    for family, model, (short, long) in (("attention", "attention", (30, 28)), ("rnn", "gru", (25, 15)),
+                                         ("conv1d", "conv1d", (20, 29))):
+        for seed in (0, 1):
+            buckets = [{"length": "1-12", "count": 5, "value": short},
+                       {"length": "13+", "count": 5, "value": long}]
+            records.append({"task": "translation", "dataset": "multi30k", "label": model, "seed": seed,
+                            "model_family": family, "test_details": {"metric_by_length": {
+                                "unit": "source subword tokens", "metric": "bleu", "buckets": buckets}}})
+    verdict = long_range_verdict(pd.DataFrame(), records)
+    assert ("not supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the "
+            "best conv1d baseline, conv1d, 29 (means over 2 seeds") in verdict
+    assert "supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the best " \
+           "rnn baseline, gru, 15" in verdict
