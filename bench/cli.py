@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from bench.config import CONF_DIR, compose_config, sweep_points
+from bench.config import CONF_DIR, compose_config, suite_sweeps, sweep_points
 from bench.errors import BenchError, RunFailed, Terminated
 
 log = logging.getLogger("mhab")
@@ -40,9 +40,15 @@ def check_results_dir(path: str) -> None:
         raise BenchError(f"results_dir '{path}' is not writable; pass results_dir=PATH")
 
 
-def validate_overrides(overrides: list[str]) -> None:
+def validate_overrides(overrides: list[str], multirun: bool = False) -> None:
+    """Check every run a command would start: with ``-m``, every value of the command line's
+    sweeps and of the suite's own (``hydra.sweeper.params``, which the command line overrides
+    key by key)."""
     from bench.build import validate
 
+    if multirun:
+        compose_config("config", sweep_points(overrides)[0], "run")  # what Hydra composes first
+        overrides = [*suite_sweeps(overrides), *overrides]
     for point in sweep_points(overrides):
         cfg = compose_config("config", point, "run")
         validate(cfg)
@@ -81,7 +87,7 @@ def run_command(args: list[str]) -> int:
     if not any(a in ("-h", "--help", "--hydra-help", "--info", "-c", "--cfg") for a in args):
         overrides = [a for a in args if not a.startswith("-")]
         try:
-            validate_overrides(overrides)
+            validate_overrides(overrides, multirun=any(a in ("-m", "--multirun") for a in args))
         except BenchError as e:
             error(str(e))
             return 2

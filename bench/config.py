@@ -79,7 +79,18 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
     return points
 
 
-def compose_config(name: str, overrides: list[str], command: str) -> DictConfig:
+def suite_sweeps(overrides: list[str]) -> list[str]:
+    """The sweeps a suite adds to a multirun (its ``hydra.sweeper.params``) as overrides,
+    without those the command line sets itself. The suite is read on its own: the command
+    line's other keys may only exist once the suite's sweeps have chosen a task."""
+    chosen = [o for o in sweep_points(overrides)[0] if o.split("=", 1)[0] in ("suite", "hydra.searchpath")]
+    cfg = compose_config("config", chosen, "run", hydra_config=True)
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    given = {override.key_or_group for override in parse_overrides(overrides)}
+    return [f"{key}={value}" for key, value in params.items() if key not in given]
+
+
+def compose_config(name: str, overrides: list[str], command: str, hydra_config: bool = False) -> DictConfig:
     """Compose ``conf/<name>.yaml`` with ``overrides``; a mistake in them is a one-line error."""
     from hydra import compose, initialize_config_dir
 
@@ -87,7 +98,7 @@ def compose_config(name: str, overrides: list[str], command: str) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
-            return compose(name, overrides=overrides)
+            return compose(name, overrides=overrides, return_hydra_config=hydra_config)
     except Exception as e:  # noqa: BLE001 - any composition error is the user's override
         raise BenchError(one_line(e) + f" (see 'mhab {command} --help')") from None
     finally:

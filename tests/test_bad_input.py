@@ -230,6 +230,8 @@ CATALOGUE: dict[str, Case] = {
     "num-workers-negative": Case([*DIGITS, "trainer.num_workers=-1"], "trainer.num_workers must be >= 0"),
     "seed-not-whole": Case([*DIGITS, "seed=1.5"], "seed must be an integer, got 1.5"),
     "force-not-bool": Case([*DIGITS, "force=maybe"], "force must be true or false"),
+    "impossible-value-in-suite-sweep": Case(["run", "-m", "suite=claims_heads", "model.dim=12"],
+                                            "model.num_heads=8 does not divide model.dim=12"),
     "mlp-ratio-negative-in-sweep": Case([*DIGITS[:1], "-m", *DIGITS[1:], "model.mlp_ratio=2,-1"],
                                         "model.mlp_ratio must be > 0, got -1"),
     "unknown-pool": Case([*DIGITS, "+model.pool=max"], "model.pool must be one of token, avg"),
@@ -323,7 +325,7 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path):
 # Run cases with no speed counterpart: speed neither writes run records nor resumes, and
 # sweeps are run's alone.
 NOT_FOR_SPEED = {"results-dir-not-writable", "malformed-record-on-resume", "impossible-value-in-sweep",
-                 "mlp-ratio-negative-in-sweep"}
+                 "mlp-ratio-negative-in-sweep", "impossible-value-in-suite-sweep"}
 # Keys speed has itself and hands to the run config it builds the task models from.
 SPEED_KEYS = ("data_dir", "cache_dir", "seed", "device")
 
