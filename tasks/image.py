@@ -103,24 +103,28 @@ class ImageTask(ClassificationTask):
         # read-only, so that folder lives in the cache and links to the verified archives.
         # With the archives present and their MD5s canonical, download=True only unpacks.
         raw = cache_path(self.cache_dir, "torchvision", "FashionMNIST", "raw")
-        for name in FASHION_MNIST_FILES:
-            link = raw / name
-            if not link.exists():
-                link.unlink(missing_ok=True)
-                os.symlink((root / name).resolve(), link)
-        # torchvision reads the unpacked copies it finds there: each is used only while it has
-        # the digest it was unpacked with; a damaged one is discarded, so all are unpacked anew.
-        unpacked = [raw / name.removesuffix(".gz") for name in FASHION_MNIST_FILES]
-        for path in unpacked:
-            if not is_intact(path):
-                discard(path)
-        base = raw.parent.parent
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            train = FashionMNIST(str(base), train=True, download=True)
-            test = FashionMNIST(str(base), train=False, download=True)
-        for path in unpacked:
-            if not is_intact(path):
-                record_digest(path)
+        try:
+            for name in FASHION_MNIST_FILES:
+                link = raw / name
+                if not link.exists():
+                    link.unlink(missing_ok=True)
+                    os.symlink((root / name).resolve(), link)
+            # torchvision reads the unpacked copies it finds there: each is used only while it has
+            # the digest it was unpacked with; a damaged one is discarded, so all are unpacked anew.
+            unpacked = [raw / name.removesuffix(".gz") for name in FASHION_MNIST_FILES]
+            for path in unpacked:
+                if not is_intact(path):
+                    discard(path)
+            base = raw.parent.parent
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                train = FashionMNIST(str(base), train=True, download=True)
+                test = FashionMNIST(str(base), train=False, download=True)
+            for path in unpacked:
+                if not is_intact(path):
+                    record_digest(path)
+        except OSError as e:  # a cache that cannot be written, or something in the way
+            raise BenchError(f"cannot unpack Fashion-MNIST into the cache {raw} ({e.strerror or e}); "
+                             f"pass a writable cache_dir=PATH or remove what is in the way") from None
         to_float = lambda d: d.data.unsqueeze(1).float() / 255.0  # (N, 1, 28, 28)
         return to_float(train), train.targets, to_float(test), test.targets, FASHION_MNIST_CLASSES
 

@@ -112,3 +112,14 @@ def test_a_damaged_unpacked_fashion_mnist_is_unpacked_again(tmp_path, data_dir):
     assert a["config_hash"] == b["config_hash"] and a["test_metric"] == b["test_metric"]
     assert is_intact(labels)
     assert json.loads(json.dumps(b["status"])) == "ok"
+
+
+@pytest.mark.data
+def test_something_in_the_way_of_the_unpacked_fashion_mnist_is_one_line(tmp_path, data_dir):
+    raw = tmp_path / "c" / "torchvision" / "FashionMNIST" / "raw"
+    (raw / "t10k-labels-idx1-ubyte").mkdir(parents=True)  # a folder where a file gets unpacked
+    out = run_cli("run", "task=image", "model=gru", "trainer.max_steps=1", f"data_dir={data_dir}",
+                  f"cache_dir={tmp_path / 'c'}", f"results_dir={tmp_path / 'r'}")
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("mhab: error: cannot unpack Fashion-MNIST into the cache") and "cache_dir=" in line
