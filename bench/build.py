@@ -131,8 +131,7 @@ def validate(cfg: DictConfig) -> None:
     check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer")
     check_dtype(cfg.trainer.dtype, "trainer.dtype")
     check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
-    if cfg.get("progress", "auto") not in ("auto", True, False):
-        raise BenchError(f"progress must be auto, true or false, got {cfg.progress!r}")
+    check_progress(cfg.get("progress", "auto"))
     m = cfg.model
     if "num_heads" in m and "dim" in m and m.dim % m.num_heads:
         fits = max(h for h in range(1, m.num_heads + 1) if m.dim % h == 0)
@@ -140,6 +139,12 @@ def validate(cfg: DictConfig) -> None:
             f"model.num_heads={m.num_heads} does not divide model.dim={m.dim} "
             f"(each head gets dim / num_heads channels); try model.num_heads={fits}"
         )
+
+
+def check_progress(value: Any) -> None:
+    """``progress`` of ``mhab run`` and ``mhab speed`` alike: auto, true or false."""
+    if value not in ("auto", True, False):
+        raise BenchError(f"progress must be auto, true or false, got {value!r}")
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -226,10 +231,10 @@ class Setup:
 
 
 def build(cfg: DictConfig) -> Setup:
-    """Validate ``cfg``, build its task, load (or build and cache) the data, seed, and build
-    the model on the run's device. Every mistake here is a ``BenchError`` before any result
-    is written."""
-    validate(cfg)
+    """Build the task of a ``cfg`` already passed through ``validate`` (``mhab run`` and
+    ``mhab speed`` validate first, before their own work), load (or build and cache) the data,
+    seed, and build the model on the run's device. Every mistake here is a ``BenchError``
+    before any result is written."""
     device = resolve_device(cfg.device)
     task = build_task(cfg)
     seed_everything(cfg.seed)

@@ -48,16 +48,16 @@ def one_line(exc: Exception) -> str:
 
 def parse_overrides(overrides: list[str]) -> list:
     """Hydra's parse of ``overrides``; one that does not parse is a one-line error naming it."""
-    parser = OverridesParser.create()
-    for text in overrides:
+    parser, parsed = OverridesParser.create(), []
+    for text in overrides:  # one at a time, so the message names the one that does not parse
         try:
-            parser.parse_overrides([text])
+            parsed += parser.parse_overrides([text])
         except OverrideParseException as e:
             reason = str(e).strip().splitlines()[0]
             raise BenchError(f"cannot read the override {text!r} ({reason}); check its brackets and "
                              f"quotes, and quote a value with spaces or non-ASCII characters: "
                              f"'key=\"value\"'") from None
-    return parser.parse_overrides(overrides)
+    return parsed
 
 
 def sweep_points(overrides: list[str]) -> list[list[str]]:

@@ -33,7 +33,7 @@ def _record_failure(cfg: DictConfig, resolved: dict, config_hash: str, error: Ex
     with its traceback (what there is to say of it), then ``RunFailed``."""
     reason = f"{type(error).__name__}: {error}"
     name = cfg.model.get("name")
-    stem = f"{cfg.task.name}-{cfg.task.get('dataset')}-{name}-s{cfg.seed}-{config_hash[:8]}"
+    stem = record.run_stem(cfg.task.name, cfg.task.get("dataset"), name, cfg.seed, config_hash)
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     record.write_record(run_dir, {
         "task": cfg.task.name, "dataset": cfg.task.get("dataset"), "model": name,
@@ -101,7 +101,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
         "config": resolved,
         "environment": environment(device),
     }
-    stem = f"{task.name}-{task.dataset}-{base['model']}-s{cfg.seed}-{config_hash[:8]}"
+    stem = record.run_stem(task.name, task.dataset, base["model"], cfg.seed, config_hash)
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     base["run_id"] = run_dir.name
     base["run_dir"] = str(run_dir)

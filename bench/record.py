@@ -68,6 +68,11 @@ def config_hash(cfg: DictConfig | dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def run_stem(task: str, dataset: str, model: str, seed: int, config_hash: str) -> str:
+    """What a run directory is named after (``find_ok_record`` looks runs up by its tail)."""
+    return f"{task}-{dataset}-{model}-s{seed}-{config_hash[:8]}"
+
+
 def new_run_dir(results_dir: str | Path, stem: str) -> Path:
     """A fresh directory under ``results_dir/runs``; two runs never share one, even when
     started in the same second by parallel workers (the uuid part makes the name unique and

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from bench import measure
 from bench.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
-from bench.build import Setup, build
+from bench.build import Setup, build, check_progress
 from bench.build import validate as validate_run
 from bench.config import compose_config, parse_overrides
 from bench.engine import build_ema, build_optimizer, fit, train_step
@@ -417,8 +417,7 @@ class SpeedSettings:
 
 def validate(cfg: DictConfig) -> None:
     check_section("", cfg, dataclass_hints(SpeedSettings), "speed")
-    if cfg.get("progress", "auto") not in ("auto", True, False):
-        raise BenchError(f"progress must be auto, true or false, got {cfg.progress!r}")
+    check_progress(cfg.get("progress", "auto"))
     if cfg.attention.dim % cfg.attention.num_heads:
         raise BenchError(f"attention.num_heads={cfg.attention.num_heads} does not divide "
                          f"attention.dim={cfg.attention.dim}")
