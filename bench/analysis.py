@@ -34,6 +34,33 @@ def compare(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> str:
     return "overlap"
 
 
+def higher_is_better(rows: pd.DataFrame) -> bool:
+    """The recorded direction of the rows' metric (records from before it was recorded were
+    all higher-is-better)."""
+    if "higher_is_better" not in rows or rows.empty:
+        return True
+    value = rows["higher_is_better"].iloc[0]
+    return True if value is None or (isinstance(value, float) and math.isnan(value)) else bool(value)
+
+
+def best_row(rows: pd.DataFrame, column: str = "mean") -> pd.Series:
+    """The row with the best ``column`` in the metric's direction."""
+    return rows.loc[rows[column].idxmax() if higher_is_better(rows) else rows[column].idxmin()]
+
+
+def judge(a_mean: float, a_ci: float, b_mean: float, b_ci: float, higher: bool) -> str:
+    """'better', 'worse' or 'overlap' for a against b, by their 95% intervals and the metric's
+    direction."""
+    order = compare(a_mean, a_ci, b_mean, b_ci)
+    if order == "overlap":
+        return order
+    return "better" if (order == "higher") == higher else "worse"
+
+
+def direction(higher: bool) -> str:
+    return "higher is better" if higher else "lower is better"
+
+
 def baselines(group: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The rows of each baseline family in ``group``, by family."""
     others = group[group["model_family"] != ATTENTION]
@@ -76,8 +103,31 @@ def length_buckets(records: list[dict]) -> pd.DataFrame:
         for bucket in (detail or {}).get("buckets", []):
             rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
                          "model_family": r.get("model_family"), "seed": r["seed"],
+                         "higher_is_better": r.get("higher_is_better", True),
                          "unit": detail["unit"], "metric": detail["metric"], **bucket})
     return pd.DataFrame(rows)
+
+
+def model_verdicts(group: pd.DataFrame) -> list[str]:
+    """For one task and dataset: each attention row against the best row of each baseline
+    family, in the metric's direction, by 95% CIs over seeds."""
+    higher, metric = higher_is_better(group), group["metric_name"].iloc[0]
+    out = []
+    for family, rows in baselines(group).items():
+        best = best_row(rows)
+        for _, a in group[group["model_family"] == ATTENTION].iterrows():
+            seeds = int(min(a["seeds"], best["seeds"]))
+            name = label(a["model"], a["variant"], a["setting"])
+            rival = label(best["model"], best["variant"], best["setting"])
+            if seeds < 2:
+                word = "cannot be told apart from (one seed, no interval)"
+            else:
+                word = {"better": "beats", "worse": "trails", "overlap": "is within the 95% CIs of"}[
+                    judge(a["mean"], a["ci95"], best["mean"], best["ci95"], higher)]
+            out.append(f"{name} {word} the best {family} baseline, {rival}: {metric} {a['mean']:.4g} ± "
+                       f"{fmt(a['ci95'], 2)} vs {best['mean']:.4g} ± {fmt(best['ci95'], 2)} "
+                       f"({direction(higher)}; {seeds} seed{'s' if seeds != 1 else ''}).")
+    return out
 
 
 # ---------------------------------------------------------------- claims
@@ -88,12 +138,12 @@ def heads_verdict(agg: pd.DataFrame) -> str:
         one, many = group[group["heads"] == 1], group[group["heads"] > 1]
         if one.empty or many.empty:
             continue
-        best, one = many.loc[many["mean"].idxmax()], one.iloc[0]
+        best, one = best_row(many), one.iloc[0]
         if one["seeds"] < 2 or best["seeds"] < 2:
             verdicts.append(f"{task}/{dataset}: inconclusive (one seed)")
             continue
-        word = {"higher": "supported", "lower": "not supported", "overlap": "inconclusive at these CIs"}[
-            compare(best["mean"], best["ci95"], one["mean"], one["ci95"])]
+        word = {"better": "supported", "worse": "not supported", "overlap": "inconclusive at these CIs"}[
+            judge(best["mean"], best["ci95"], one["mean"], one["ci95"], higher_is_better(group))]
         verdicts.append(
             f"{task}/{dataset}: {word} ({int(best['heads'])} heads {best['mean']:.4g} ± "
             f"{best['ci95']:.2g} vs 1 head {one['mean']:.4g} ± {one['ci95']:.2g}, "
@@ -143,13 +193,13 @@ def long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
         attn = group[group["model_family"] == ATTENTION]
         verdicts = []
         for family, rows in baselines(group).items() if not attn.empty else ():
-            a, best = attn.iloc[0], rows.loc[rows["mean"].idxmax()]
+            a, best = attn.iloc[0], best_row(rows)
             if min(a["seeds"], best["seeds"]) < 2:
                 word = "Inconclusive (one seed)"
             else:
-                word = {"higher": "Supported", "lower": "Not supported",
-                        "overlap": "Inconclusive at these CIs"}[compare(a["mean"], a["ci95"],
-                                                                        best["mean"], best["ci95"])]
+                word = {"better": "Supported", "worse": "Not supported",
+                        "overlap": "Inconclusive at these CIs"}[judge(a["mean"], a["ci95"], best["mean"],
+                                                                      best["ci95"], higher_is_better(group))]
             verdicts.append(
                 f"{word}: recalling a token {longest - 1} steps back, attention scores "
                 f"{a['mean']:.3g} ± {fmt(a['ci95'], 2)} vs the best {family} baseline "
@@ -183,12 +233,16 @@ def _by_length_verdict(buckets: pd.DataFrame) -> str:
         mean = at_longest.groupby(["model_family", "model"])["value"].mean()
         attn = float(mean[ATTENTION].iloc[0])
         metric, unit = group["metric"].iloc[0], group["unit"].iloc[0]
+        higher = higher_is_better(group)
         for family, by_model in mean.drop(ATTENTION, level=0).groupby(level=0):
-            best_model, best = by_model.droplevel(0).idxmax(), by_model.max()
-            word = "supported" if attn > best else "not supported"
+            by_model = by_model.droplevel(0)
+            best_model = by_model.idxmax() if higher else by_model.idxmin()
+            best = by_model[best_model]
+            word = "supported" if (attn > best if higher else attn < best) else "not supported"
             verdicts.append(
                 f"{task}/{dataset}: {word} on the longest bucket ({longest} {unit}): attention {metric} "
-                f"{attn:.3g} vs the best {family} baseline, {best_model}, {best:.3g} (means over "
+                f"{attn:.3g} vs the best {family} baseline, {best_model}, {best:.3g} "
+                f"({direction(higher)}; means over "
                 f"{at_longest['seed'].nunique()} seeds; no per-bucket CI, so indicative)"
             )
     if not verdicts:

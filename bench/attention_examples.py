@@ -65,8 +65,34 @@ class CrossAttentionExample:
         return fig
 
 
-AttentionExample = PatchGridExample | CrossAttentionExample
-KINDS: dict[str, type] = {cls.kind: cls for cls in (PatchGridExample, CrossAttentionExample)}
+@dataclass
+class TimeAttentionExample:
+    """Self-attention between the time steps of one utterance, per head (a CTC encoder)."""
+
+    kind: ClassVar[str] = "time"
+    input: Tensor  # (bins, frames), the utterance's spectrogram
+    transcript: str
+    heads: Tensor  # (heads, steps, steps): query step -> key step
+
+    def figure(self):
+        heads = self.heads.numpy()
+        H = heads.shape[0]
+        fig, axes = plt.subplots(1, H + 1, figsize=(2.6 * (H + 1), 2.8), squeeze=False)
+        axes[0][0].imshow(self.input.numpy(), cmap="gray", aspect="auto", origin="lower")
+        axes[0][0].set_title(f"input: '{self.transcript}'", fontsize=7)
+        axes[0][0].set_xlabel("frame", fontsize=7)
+        for h in range(H):
+            axes[0][h + 1].imshow(heads[h], cmap="viridis", aspect="auto")
+            axes[0][h + 1].set_title(f"head {h + 1}: step -> step", fontsize=8)
+            axes[0][h + 1].set_xlabel("attended time step", fontsize=7)
+        for ax in axes[0]:
+            ax.tick_params(labelsize=6)
+        return fig
+
+
+AttentionExample = PatchGridExample | CrossAttentionExample | TimeAttentionExample
+KINDS: dict[str, type] = {cls.kind: cls for cls in (PatchGridExample, CrossAttentionExample,
+                                                     TimeAttentionExample)}
 
 
 def save_example(path: Path, example: AttentionExample) -> Path:

@@ -20,12 +20,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.analysis import (  # noqa: E402
+    direction,
     fmt,
     heads_table,
     heads_verdict,
+    higher_is_better,
     length_buckets,
     length_table,
     long_range_verdict,
+    model_verdicts,
     speed_verdict,
 )
 from bench.attention_examples import load_example  # noqa: E402
@@ -40,6 +43,7 @@ TITLES = dict(
         ("length", "Metric by input length"),
         ("heads", "Heads ablation"),
         ("attention", "Attention maps"),
+        ("samples", "Sample outputs"),
         ("claims", "The article's claims against the data"),
     ]
 )
@@ -57,8 +61,9 @@ class Section:
         self.markdown.append(line)
         self.html.append(f"<p>{html.escape(line)}</p>")
 
-    def table(self, frame: pd.DataFrame) -> None:
-        self.markdown.append(frame.to_markdown(index=False))
+    def table(self, frame: pd.DataFrame, text_cells: bool = False) -> None:
+        """``text_cells``: the cells are free text (user data), escaped in the Markdown too."""
+        self.markdown.append((frame.map(escape_cell) if text_cells else frame).to_markdown(index=False))
         self.html.append(frame.to_html(index=False, escape=True, border=0, classes="table"))
 
     def figure(self, caption: str, fig) -> None:
@@ -81,7 +86,7 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
                 "variant": group["variant"],
                 **({"setting": group["setting"]} if group["setting"].astype(bool).any() else {}),
                 "seeds": group["seeds"],
-                f"test {metric} (mean ± 95% CI)": [
+                f"test {metric}, {direction(higher_is_better(group))} (mean ± 95% CI)": [
                     f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g} (1 seed)"
                     for m, c in zip(group["mean"], group["ci95"], strict=True)
                 ],
@@ -95,6 +100,8 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
         )
         s.text(f"{task} / {dataset}")
         s.table(table)
+        for verdict in model_verdicts(group):
+            s.text(verdict)
         budgets = group.dropna(subset=["epochs_run"])
         if budgets["epochs_run"].round(1).nunique() > 1:
             s.text(
@@ -300,6 +307,30 @@ def attention_section(records: list[dict]) -> Section:
     return s
 
 
+def samples_section(records: list[dict]) -> Section:
+    """The first seed's sample outputs (references and hypotheses) per task, dataset and model,
+    as the task recorded them; every cell is escaped (transcripts are user text)."""
+    s = Section("samples", TITLES["samples"])
+    shown = set()
+    for rec in sorted(records, key=lambda r: (r["task"], r["dataset"], r["label"], r["seed"])):
+        samples = (rec.get("test_details") or {}).get("samples")
+        key = (rec["task"], rec["dataset"], rec["label"])
+        if not samples or key in shown or not all(isinstance(x, dict) for x in samples):
+            continue
+        shown.add(key)
+        s.text(f"{rec['task']} / {rec['dataset']}: {rec['label']}, seed {rec['seed']}, first "
+               f"{len(samples)} test examples.")
+        s.table(pd.DataFrame(samples), text_cells=True)
+    if not shown:
+        s.text("No samples yet: tasks that write text (translation, asr) keep a few test outputs.")
+    return s
+
+
+def escape_cell(value: object) -> str:
+    """A table cell as text that can neither start HTML in the Markdown nor break its table."""
+    return html.escape(str(value)).replace("|", "&#124;").replace("\n", " ").replace("\r", " ")
+
+
 # ---------------------------------------------------------------- claims
 def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], results_dir: Path) -> Section:
     s = Section("claims", TITLES["claims"])
@@ -330,6 +361,7 @@ def build(results_dir: str | Path) -> list[Section]:
         length_section(records),
         heads_section(agg),
         attention_section(records),
+        samples_section(records),
         claims_section(frame, agg, records, results_dir),
     ]
 

@@ -18,7 +18,7 @@ from bench.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
 COLUMNS = [
     "task", "dataset", "model", "model_family", "variant", "setting", "seed", "status", "metric_name",
-    "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
+    "higher_is_better", "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
     "infer_latency_ms_median", "flops_per_sample", "train_activation_mb", "peak_memory_mb", "epochs_run",
     "wall_time_s", "device", "device_name", "config_hash", "run_id", "error",
     "num_heads", "num_heads_sweep", "seq_len", "seq_len_sweep",
@@ -177,6 +177,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(
         model_family=("model_family", "first"),
         metric_name=("metric_name", "first"),
+        higher_is_better=("higher_is_better", "first"),
         seeds=("seed", "nunique"),
         mean=("test_metric", "mean"),
         std=("test_metric", "std"),

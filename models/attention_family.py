@@ -1,16 +1,19 @@
 """The attention family: every input read through the one multi-head attention core.
 
-Images and spectrograms as a patch grid with a cls token (ViT, AST), token sequences with a
-cls token, token pairs with a Transformer encoder-decoder.
+Images and spectrograms as a patch grid with a cls token (ViT, AST), utterances as
+time-ordered patches with a CTC head, token sequences with a cls token, token pairs with a
+Transformer encoder-decoder.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from models.ctc import TransformerTranscriber
 from models.inputs import (
     Built,
     FrameSequence,
+    FrameTranscription,
     ImageGrid,
     InputKind,
     TokenPairs,
@@ -37,6 +40,13 @@ def build(
                  attn_dropout=attn_dropout, pos_encoding=pos_encoding)
     if isinstance(inputs, ImageGrid | FrameSequence):
         return _patch_classifier(inputs, pool, block)
+    if isinstance(inputs, FrameTranscription):
+        return Built(
+            TransformerTranscriber(inputs.bins, inputs.channels, inputs.max_frames, inputs.vocab_size,
+                                   inputs.patch_frames, inputs.step_stride, **block),
+            f"transformer encoder over time-ordered patches ({inputs.bins} mel bins x "
+            f"{inputs.patch_frames} frames, stride {inputs.step_stride} frames), a CTC head per token",
+        )
     if isinstance(inputs, TokenSequence):
         return Built(
             TokenTransformerClassifier(inputs.vocab_size, inputs.num_classes, inputs.seq_len, **block),

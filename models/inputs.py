@@ -72,7 +72,26 @@ class TokenPairs:
     pad_id: int
 
 
-InputKind = ImageGrid | FrameSequence | TokenSequence | TokenPairs
+@dataclass(frozen=True)
+class FrameTranscription:
+    """Spectrograms ``x (B, C, bins, frames)`` in time order with their valid frame counts
+    ``lengths (B,)`` -> per-step token log-probabilities ``(B, steps, vocab_size)`` and each
+    utterance's valid ``steps (B,)``, for a CTC loss (token 0 is the blank);
+    ``forward(x, lengths)``.
+
+    A step covers ``step_stride`` frames (a model subsamples time by that factor); a model
+    that reads patches spans ``patch_frames`` frames (every bin) per patch. No utterance has
+    more than ``max_frames`` frames."""
+
+    channels: int
+    bins: int
+    max_frames: int
+    vocab_size: int
+    patch_frames: int
+    step_stride: int
+
+
+InputKind = ImageGrid | FrameSequence | FrameTranscription | TokenSequence | TokenPairs
 
 
 @runtime_checkable

@@ -1,6 +1,7 @@
 """The recurrent baselines: an LSTM or GRU reads every input one step at a time.
 
-Images one row per step, spectrograms one frame per step (padding skipped), token sequences
+Images one row per step, spectrograms one frame per step (padding skipped), utterances a few
+stacked frames per step with a CTC head, token sequences
 one token per step, token pairs with an RNN encoder-decoder (optionally with additive
 attention, a different mechanism from the multi-head core).
 """
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from models.ctc import RNNTranscriber
 from models.inputs import (
     Built,
     FrameSequence,
+    FrameTranscription,
     ImageGrid,
     InputKind,
     TokenPairs,
@@ -44,6 +47,13 @@ def build(
             GridRNNClassifier(input_dim=inputs.channels * inputs.bins, num_classes=inputs.num_classes,
                               **rnn, step_axis="cols"),
             "RNN reads one spectrogram frame per step, padded frames skipped",
+        )
+    if isinstance(inputs, FrameTranscription):
+        directions = "bidirectional " if bidirectional else ""
+        return Built(
+            RNNTranscriber(inputs.bins, inputs.channels, inputs.vocab_size, inputs.step_stride, **rnn),
+            f"{directions}RNN over the frames, {inputs.step_stride} frames stacked per step "
+            f"(padding skipped), a CTC head per step",
         )
     if isinstance(inputs, TokenSequence):
         return Built(

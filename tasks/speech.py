@@ -13,25 +13,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
 import torch
 import torchaudio
-from torch import Tensor, nn
+from torch import nn
 from torch.utils.data import TensorDataset
 
-from bench.cache import discard, is_intact, store
-from bench.data import cache_path, data_root, verify_files
+from bench.audio import (
+    LogMel,
+    cached,
+    frame_stats,
+    fsdd_fingerprint,
+    normalise,
+    pad_or_crop,
+    read_fsdd,
+    shift_in_time,
+)
+from bench.data import cache_path
 from bench.errors import BenchError
-from bench.io import load_state_dict
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import FrameSequence
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 
-FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
 
 
@@ -62,11 +68,7 @@ class SpeechTask(ClassificationTask):
             raise BenchError("task.sample_rate, max_seconds, n_mels and hop_ms must all be > 0")
         self._read = readers[dataset]
         self.sample_rate, self.max_seconds = sample_rate, max_seconds
-        self.n_mels, self.n_fft = n_mels, n_fft
-        self.win_length = round(sample_rate * win_ms / 1000)
-        self.hop_length = round(sample_rate * hop_ms / 1000)
-        if self.win_length > n_fft:
-            raise BenchError(f"task.win_ms gives {self.win_length} samples, more than n_fft={n_fft}")
+        self.log_mel = LogMel(sample_rate, n_mels, n_fft, win_ms, hop_ms)
         self.split, self.holdout_speaker = split, holdout_speaker
         self.synth_per_digit, self.synth_seed = synth_per_digit, synth_seed
         self.patch_size, self.patch_stride = tuple(patch_size), tuple(patch_stride)
@@ -78,33 +80,8 @@ class SpeechTask(ClassificationTask):
         )
 
     # ------------------------------------------------------------------ raw audio
-    def _read_fsdd(self) -> tuple[dict, list[np.ndarray], int | list[int]]:
-        import soundfile
-
-        root = data_root(self.data_dir, self.dataset, "fsdd") / "recordings"
-        names = sorted(p.name for p in root.glob("*.wav")) if root.is_dir() else []
-        if not names:
-            raise BenchError(f"dataset 'fsdd': no .wav files in {root}; check data_dir / BENCH_DATA_DIR")
-        meta = {"digit": [], "speaker": [], "index": []}
-        waves, rates = [], []
-        for name in names:
-            match = FSDD_NAME.match(name)
-            if not match:
-                continue
-            try:
-                wave, rate = soundfile.read(root / name, dtype="float32", always_2d=True)
-            except Exception as e:  # noqa: BLE001 - libsndfile raises several types
-                raise BenchError(f"dataset 'fsdd': cannot read {root / name} ({e}); "
-                                 f"the file is corrupt, fetch it again") from None
-            if not np.isfinite(wave).all():
-                raise BenchError(f"dataset 'fsdd': {root / name} holds non-finite samples (NaN or "
-                                 f"infinity); the file is damaged, fetch it again or remove it")
-            waves.append(wave.mean(axis=1))
-            rates.append(rate)
-            meta["digit"].append(int(match[1]))
-            meta["speaker"].append(match[2])
-            meta["index"].append(int(match[3]))
-        return meta, waves, rates
+    def _read_fsdd(self) -> tuple[dict, list[np.ndarray], list[int]]:
+        return read_fsdd(self.data_dir, self.dataset)
 
     def _read_synth(self) -> tuple[dict, list[np.ndarray], int]:
         from tasks.speech_synth import draw_specs, synthesise
@@ -114,22 +91,18 @@ class SpeechTask(ClassificationTask):
         # Each clip gets an FSDD-like recording index 0-49 from its position among its digit's
         # clips, so the same split rules apply: the first 10% test, the next 10% validation.
         per_digit = self.synth_per_digit
-        meta = {"digit": [s.digit for s in specs], "speaker": [s.voice for s in specs],
+        meta = {"digit": [s.digits[0] for s in specs], "speaker": [s.voice for s in specs],
                 "index": [(i % per_digit) * 50 // per_digit for i in range(len(specs))]}
         return meta, waves, rate
 
     def _fingerprint(self) -> dict:
         if self.dataset == "fsdd":
-            root = data_root(self.data_dir, self.dataset, "fsdd") / "recordings"
-            listing = sorted((p.name, p.stat().st_size) for p in root.glob("*.wav"))
-            source = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+            source = fsdd_fingerprint(self.data_dir, self.dataset)
         else:
             source = {"per_digit": self.synth_per_digit, "seed": self.synth_seed}
         return {
             "version": FEATURES_VERSION, "dataset": self.dataset, "source": source,
-            "sample_rate": self.sample_rate, "max_seconds": self.max_seconds,
-            "n_mels": self.n_mels, "n_fft": self.n_fft, "win_length": self.win_length,
-            "hop_length": self.hop_length,
+            "max_seconds": self.max_seconds, **self.log_mel.settings(),
         }
 
     # ------------------------------------------------------------------ features
@@ -138,26 +111,15 @@ class SpeechTask(ClassificationTask):
         return cache_path(self.cache_dir, "speech") / f"{self.dataset}-{key[:16]}.pt"
 
     def compute_features(self) -> dict:
-        if self.dataset == "fsdd":
-            root = data_root(self.data_dir, self.dataset, "fsdd")
-            verify_files(root, [f"recordings/{p.name}" for p in (root / "recordings").glob("*.wav")],
-                           self.dataset)
         meta, waves, rates = self._read()
         rates = rates if isinstance(rates, list) else [rates] * len(waves)
         max_samples = round(self.max_seconds * self.sample_rate)
-        mel = torchaudio.transforms.MelSpectrogram(
-            sample_rate=self.sample_rate, n_fft=self.n_fft, win_length=self.win_length,
-            hop_length=self.hop_length, n_mels=self.n_mels,
-        )
         batch, lengths = [], []
         for wave, rate in zip(waves, rates, strict=True):
-            signal = torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
-            if rate != self.sample_rate:
-                signal = torchaudio.functional.resample(signal, rate, self.sample_rate)
-            signal, valid = pad_or_crop(signal, max_samples)
+            signal, valid = pad_or_crop(self.log_mel.resample(wave, rate), max_samples)
             batch.append(signal)
-            lengths.append(1 + valid // self.hop_length)
-        log_mel = torch.log(mel(torch.stack(batch)) + 1e-6)  # (N, n_mels, frames)
+            lengths.append(self.log_mel.frames(valid))
+        log_mel = self.log_mel.batch(torch.stack(batch))  # (N, n_mels, frames)
         return {
             "features": log_mel,
             "lengths": torch.tensor(lengths).clamp(max=log_mel.shape[-1]),
@@ -167,18 +129,8 @@ class SpeechTask(ClassificationTask):
         }
 
     def load_features(self) -> tuple[dict, bool]:
-        """Features from the cache while they keep the digest they were cached with, else
-        computed (and cached when the cache can be written). Returns ``(features, was_cached)``."""
-        path = self.features_path()
-        if is_intact(path):
-            try:
-                return load_state_dict(path), True
-            except Exception:  # noqa: BLE001 - an unreadable cache entry is recomputed
-                pass
-        discard(path)
-        feats = self.compute_features()
-        store(path, lambda f: torch.save(feats, f))
-        return feats, False
+        """Features from the cache while intact, else computed. Returns ``(features, was_cached)``."""
+        return cached(self.features_path(), self.compute_features)
 
     def load(self, seed: int) -> Splits:
         feats, cached = self.load_features()
@@ -209,9 +161,8 @@ class SpeechTask(ClassificationTask):
             "sizes": {"train": int(train.sum()), "val": int(val.sum()), "test": int(test.sum())},
             "split": rule + "validation: recordings 5-9 of the others; train: the rest",
             "features": {
-                "kind": "log-mel (torchaudio MelSpectrogram)", "sample_rate": self.sample_rate,
-                "n_mels": self.n_mels, "n_fft": self.n_fft, "win_length": self.win_length,
-                "hop_length": self.hop_length, "frames": x.shape[-1],
+                "kind": "log-mel (torchaudio MelSpectrogram)", **self.log_mel.settings(),
+                "frames": x.shape[-1],
                 "pad_crop": f"zero-pad at the end / centre-crop to {self.max_seconds} s",
                 "normalisation": "per mel bin, mean/std of the train split's valid frames",
                 "cached": cached, "cache_file": str(self.features_path()),
@@ -241,41 +192,3 @@ class SpeechTask(ClassificationTask):
         return FrameSequence(channels, n_mels, frames, splits.info["num_classes"], self.patch_size,
                              self.patch_stride)
 
-
-def pad_or_crop(signal: Tensor, length: int) -> tuple[Tensor, int]:
-    """Zero-pad at the end, or keep the centre; returns the signal and its valid length."""
-    n = signal.shape[-1]
-    if n >= length:
-        start = (n - length) // 2
-        return signal[start : start + length], length
-    return torch.nn.functional.pad(signal, (0, length - n)), n
-
-
-def _valid_frames(x: Tensor, lengths: Tensor) -> Tensor:
-    frames = torch.arange(x.shape[-1])
-    return (frames[None, :] < lengths[:, None])[:, None, None, :]  # (N, 1, 1, T)
-
-
-def frame_stats(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-bin mean and std over the valid (unpadded) frames of (N, 1, F, T) features."""
-    mask = _valid_frames(x, lengths).float()
-    count = mask.sum()
-    mean = (x * mask).sum(dim=(0, 3), keepdim=True) / count  # (1, 1, F, 1)
-    var = (((x - mean) * mask) ** 2).sum(dim=(0, 3), keepdim=True) / count
-    return mean, var.sqrt().clamp_min(1e-5)
-
-
-def shift_in_time(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """Move each clip's valid frames later by a random 0..(frames - length) frames, so the word
-    may start anywhere in the window; the padding (zeros) it skips comes first. ``lengths``
-    grows by the shift, so an RNN reads the leading silence too."""
-    frames = x.shape[-1]
-    shift = (torch.rand(lengths.shape, device=x.device) * (frames - lengths + 1)).long()
-    source = (torch.arange(frames, device=x.device) - shift[:, None]) % frames  # (B, T)
-    index = source.view(-1, *([1] * (x.dim() - 2)), frames).expand_as(x)
-    return x.gather(-1, index), lengths + shift
-
-
-def normalise(x: Tensor, lengths: Tensor, mean: Tensor, std: Tensor) -> Tensor:
-    """Standardise, and set padded frames to 0 (the train mean)."""
-    return ((x - mean) / std) * _valid_frames(x, lengths)

@@ -1,4 +1,5 @@
-"""``synth_digits``: spoken digits synthesised offline with espeak-ng.
+"""``synth_digits`` and ``synth_strings``: spoken digits, alone or as strings, synthesised
+offline with espeak-ng.
 
 The ``espeakng-loader`` wheel bundles libespeak-ng and its data; we call its C API through
 ctypes. espeak-ng carries state from one utterance to the next (and seeds its noise from it),
@@ -31,7 +32,7 @@ POS_CHARACTER = 1
 
 @dataclass(frozen=True)
 class ClipSpec:
-    digit: int
+    digits: tuple[int, ...]  # spoken as one utterance: "three one four"
     voice: str
     rate: int  # words per minute
     pitch: int  # 0-100
@@ -47,11 +48,31 @@ def draw_specs(per_digit: int, seed: int) -> list[ClipSpec]:
         for _ in range(per_digit):
             voice = f"{rng.choice(VOICES)}+{rng.choice(VARIANTS)}"
             specs.append(ClipSpec(
-                digit=digit, voice=voice, rate=int(rng.integers(110, 230)),
+                digits=(digit,), voice=voice, rate=int(rng.integers(110, 230)),
                 pitch=int(rng.integers(15, 85)), snr_db=float(rng.uniform(10, 40)),
                 gain=float(rng.uniform(0.3, 1.0)),
             ))
     return specs
+
+
+def draw_string_specs(count: int, min_digits: int, max_digits: int, seed: int) -> list[ClipSpec]:
+    """``count`` digit strings of ``min_digits`` to ``max_digits`` digits, each in one random
+    voice, rate and pitch; the same seed gives the same list."""
+    rng = np.random.default_rng(seed)
+    specs = []
+    for _ in range(count):
+        length = int(rng.integers(min_digits, max_digits + 1))
+        digits = tuple(int(d) for d in rng.integers(0, 10, size=length))
+        specs.append(ClipSpec(
+            digits=digits, voice=f"{rng.choice(VOICES)}+{rng.choice(VARIANTS)}",
+            rate=int(rng.integers(130, 230)), pitch=int(rng.integers(15, 85)),
+            snr_db=float(rng.uniform(15, 40)), gain=float(rng.uniform(0.3, 1.0)),
+        ))
+    return specs
+
+
+def spoken_text(digits: list[int] | tuple[int, ...]) -> str:
+    return " ".join(DIGIT_WORDS[d] for d in digits)
 
 
 def _synthesise_in_this_process(specs: list[dict]) -> tuple[int, list[np.ndarray]]:
@@ -83,7 +104,7 @@ def _synthesise_in_this_process(specs: list[dict]) -> tuple[int, list[np.ndarray
             raise RuntimeError(f"espeak-ng has no voice '{spec['voice']}'")
         lib.espeak_SetParameter(PARAM_RATE, spec["rate"], 0)
         lib.espeak_SetParameter(PARAM_PITCH, spec["pitch"], 0)
-        text = DIGIT_WORDS[spec["digit"]].encode()
+        text = spoken_text(spec["digits"]).encode()
         lib.espeak_Synth(text, len(text) + 1, 0, POS_CHARACTER, 0, 0, None, None)
         lib.espeak_Synchronize()
         clips.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16))

@@ -1,0 +1,86 @@
+"""CTC transcribers: spectrogram frames in, per-step token log-probabilities out.
+
+Both read a (B, C, bins, frames) spectrogram with its valid frame counts and return
+``(log_probs (B, steps, vocab), step_lengths (B,))``, one step per ``stride`` frames, so a
+CTC loss and decoder treat them alike. Token 0 is the CTC blank.
+
+- ``TransformerTranscriber``: time-ordered spectrogram patches (each spans every mel bin of
+  ``patch_frames`` frames, overlapping in time when ``stride < patch_frames``, as the AST's
+  patches do), the transformer encoder with padding masked, a linear CTC head per token.
+- ``RNNTranscriber``: ``stride`` consecutive frames stacked into one step (the same
+  subsampling), an LSTM or GRU encoder (padding skipped), a linear CTC head per step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.patch import PatchEmbed2d
+from models.rnn import RNNEncoder
+from models.transformer import TransformerEncoder
+
+
+def steps_after_patching(lengths: Tensor, patch_frames: int, stride: int) -> Tensor:
+    """Patches that fit in each valid length (a clip shorter than one patch is padded to one)."""
+    return (lengths.clamp(min=patch_frames) - patch_frames) // stride + 1
+
+
+def padding_mask(lengths: Tensor, steps: int) -> Tensor:
+    """True at padded steps, (B, steps)."""
+    return torch.arange(steps, device=lengths.device)[None, :] >= lengths[:, None]
+
+
+class TransformerTranscriber(nn.Module):
+    def __init__(self, bins: int, channels: int, max_frames: int, vocab_size: int, patch_frames: int,
+                 stride: int, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned") -> None:
+        super().__init__()
+        self.patch_frames, self.stride = patch_frames, stride
+        max_frames = max(max_frames, patch_frames)
+        self.patch_embed = PatchEmbed2d((bins, max_frames), (bins, patch_frames), channels, dim,
+                                        stride=(bins, stride))
+        self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
+                                          pos_encoding, max_len=self.patch_embed.num_patches)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def tokens(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        if x.shape[-1] < self.patch_frames:
+            x = F.pad(x, (0, self.patch_frames - x.shape[-1]))
+        tokens = self.patch_embed(x)  # (B, steps, dim), in time order: the grid is 1 x steps
+        return tokens, steps_after_patching(lengths, self.patch_frames, self.stride)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        tokens, steps = self.tokens(x, lengths)
+        features = self.encoder(tokens, key_padding_mask=padding_mask(steps, tokens.shape[1]))
+        return self.head(features).log_softmax(-1), steps
+
+    @torch.no_grad()
+    def attention_over_time(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """The last layer's attention between the valid steps, per head: (B, H, steps, steps)."""
+        tokens, steps = self.tokens(x, lengths)
+        _, maps = self.encoder(tokens, key_padding_mask=padding_mask(steps, tokens.shape[1]),
+                               return_attention=True)
+        return maps[-1][..., : int(steps.max()), : int(steps.max())]
+
+
+class RNNTranscriber(nn.Module):
+    def __init__(self, bins: int, channels: int, vocab_size: int, stride: int, hidden_dim: int,
+                 num_layers: int, cell: str, bidirectional: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.stride = stride
+        self.encoder = RNNEncoder(channels * bins * stride, hidden_dim, num_layers, cell,
+                                  bidirectional, dropout)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(self.encoder.output_dim, vocab_size)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        B, C, bins, frames = x.shape
+        x = F.pad(x, (0, -frames % self.stride))  # whole groups of `stride` frames
+        steps = x.shape[-1] // self.stride
+        # (B, C, bins, steps, stride) -> (B, steps, stride * C * bins): one step, `stride` frames
+        seq = x.reshape(B, C, bins, steps, self.stride).permute(0, 3, 4, 1, 2).reshape(B, steps, -1)
+        step_lengths = (lengths + self.stride - 1) // self.stride
+        outputs, _ = self.encoder(seq, step_lengths)
+        return self.head(self.drop(outputs)).log_softmax(-1), step_lengths
