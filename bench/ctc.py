@@ -77,8 +77,9 @@ def greedy_ids(log_probs: Tensor, lengths: Tensor) -> list[list[int]]:
 class BeamDecoder:
     """Lexicon-constrained CTC beam search (torchaudio ``ctc_decoder``, no language model).
 
-    Words units: every word is its own token, so the lexicon spells each word with itself;
-    char units: each word is spelled by its characters and ends at ``|``."""
+    Word units: every word is its own token, so the lexicon spells each word with itself;
+    char units: each word is spelled by its characters, and ``|`` (the space) is the silence
+    between words."""
 
     def __init__(self, vocab: Vocabulary, train_words: list[str], beam_size: int) -> None:
         from torchaudio.models.decoder import ctc_decoder
@@ -90,7 +91,7 @@ class BeamDecoder:
         tokens = vocab.tokens + ([SPACE] if self.extra_boundary else [])
         with tempfile.TemporaryDirectory() as tmp:
             lexicon = Path(tmp) / "lexicon.txt"
-            lines = [f"{w} {w}" if vocab.units == "word" else f"{w} {' '.join(w)} {SPACE}"
+            lines = [f"{w} {w}" if vocab.units == "word" else f"{w} {' '.join(w)}"
                      for w in sorted(set(train_words))]
             lexicon.write_text("\n".join(lines) + "\n")
             self.decoder = ctc_decoder(lexicon=str(lexicon), tokens=tokens, lm=None, beam_size=beam_size,

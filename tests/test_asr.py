@@ -50,11 +50,15 @@ def test_greedy_ctc_merges_repeats_only_without_a_blank_between():
 def test_beam_search_writes_only_lexicon_words():
     beam = BeamDecoder(WORDS, ["one", "three", "two"], beam_size=4)
     assert beam(emissions([2, 0, 2, 4, 0], 5), torch.tensor([5])) == ["one one two"]
-    # char units: the best path spells "tw" then "o"; the lexicon only knows "two" and "to"
+    # char units: "|" (the space) separates words; the lexicon knows "two" and "to" only
     chars = Vocabulary.from_transcripts("char", ["two to"])
     t, w, o, space = (chars.tokens.index(c) for c in "two|")
     decoder = BeamDecoder(chars, ["two", "to"], beam_size=8)
     assert decoder(emissions([t, w, o, space, t, o], len(chars)), torch.tensor([6])) == ["two to"]
+    # the best path spells "ot", no word: greedy writes it, the beam search cannot
+    assert chars.decode(greedy_ids(emissions([o, t], len(chars)), torch.tensor([2]))[0]) == "ot"
+    (text,) = decoder(emissions([o, t], len(chars)), torch.tensor([2]))
+    assert set(text.split()) <= {"two", "to"}
 
 
 def test_error_rates_count_substitutions_deletions_insertions():

@@ -50,6 +50,32 @@ def fake_files(folder: str, names: list[str], content: bytes = b"not the real fi
     return setup
 
 
+def audiofolder(metadata: str, files: dict[str, bytes | None]):
+    """An audiofolder under tmp/mine: ``metadata.csv`` and each named file, a short tone where
+    its bytes are None."""
+    def setup(tmp: Path) -> list[str]:
+        root = tmp / "mine"
+        root.mkdir()
+        (root / "metadata.csv").write_text(metadata)
+        for name, content in files.items():
+            if content is None:
+                tone = 0.3 * np.sin(np.arange(4000) / 8000 * 2 * np.pi * 440).astype(np.float32)
+                soundfile.write(root / name, tone, 8000)
+            else:
+                (root / name).write_bytes(content)
+        return [f"task.root={root}"]
+    return setup
+
+
+def folder_without_metadata(tmp: Path) -> list[str]:
+    (tmp / "mine" / "train").mkdir(parents=True)
+    return [f"task.root={tmp / 'mine'}"]
+
+
+ASR_FOLDER = ["run", "task=asr", "task.dataset=audiofolder", "trainer.max_steps=2", "trainer.infer_iters=1"]
+TONES = {"a.wav": None, "b.wav": None, "c.wav": None}
+
+
 def fsdd_speaker_amy(tmp: Path) -> list[str]:
     recordings = tmp / "data" / "fsdd" / "recordings"
     recordings.mkdir(parents=True)
@@ -266,6 +292,32 @@ CATALOGUE: dict[str, Case] = {
                               setup=empty_train_files),
     "non-finite-audio": Case(["run", "task=speech", "task.dataset=fsdd"],
                              "3_amy_2.wav holds non-finite samples", setup=nan_wav),
+    # Your own audio for task=asr (task.dataset=audiofolder).
+    "audiofolder-without-root": Case(ASR_FOLDER, "task.dataset=audiofolder needs task.root=PATH"),
+    "audiofolder-without-metadata": Case(ASR_FOLDER, "no metadata.csv; an audiofolder holds",
+                                         setup=folder_without_metadata),
+    "audiofolder-missing-column": Case(ASR_FOLDER, "no 'transcription' column (it has file_name, text)",
+                                       setup=audiofolder("file_name,text\na.wav,one\n", TONES)),
+    "audiofolder-audio-missing": Case(ASR_FOLDER, "line 3: the audio file",
+                                      setup=audiofolder("file_name,transcription,split\na.wav,one,train\n"
+                                                        "gone.wav,two,test\n", TONES)),
+    "audiofolder-audio-undecodable": Case(ASR_FOLDER, "cannot read",
+                                          setup=audiofolder("file_name,transcription,split\na.wav,one,train\n"
+                                                            "b.wav,two,train\nbad.wav,one,test\n",
+                                                            {**TONES, "bad.wav": b"RIFF\x00garbage"})),
+    "audiofolder-empty-transcription": Case(ASR_FOLDER, "(b.wav): empty transcription",
+                                            setup=audiofolder("file_name,transcription,split\na.wav,one,train\n"
+                                                              "b.wav,,test\n", TONES)),
+    "audiofolder-split-without-utterances": Case(ASR_FOLDER, "the test split has no utterances",
+                                                 setup=audiofolder("file_name,transcription\na.wav,one\n"
+                                                                   "b.wav,two\n", TONES)),
+    "audiofolder-unknown-split": Case(ASR_FOLDER, "split 'dev' is not one of train, validation, test",
+                                      setup=audiofolder("file_name,transcription,split\na.wav,one,dev\n",
+                                                        TONES)),
+    "asr-unknown-dataset": Case(["run", "task=asr", "task.dataset=librispeech"],
+                                "unknown asr dataset 'librispeech'; choose one of"),
+    "asr-fewer-words-than-minimum": Case(["run", "task=asr", "task.min_words=5", "task.max_words=2"],
+                                         "task.min_words=5 is more than task.max_words=2"),
     # Records are checked when read; outputs that cannot be written are one line.
     "record-not-an-object": Case(["table"], "a record is a JSON object, this is a list",
                                  setup=record_file("[1, 2, 3]")),
