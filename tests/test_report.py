@@ -171,7 +171,7 @@ def test_report_flags_unequal_budgets_and_names_settings(tmp_path):
     results = write_report(tmp_path)[0].read_text().split("## Accuracy against throughput")[0]
     rows = {(r["model"], r["setting"]): r for r in _markdown_rows(results)}
     assert len(rows) == 3, "two gru configs must be two rows, not one row of two seeds"
-    assert rows[("gru", "trainer.epochs=10")]["test bleu (mean ± 95% CI)"] == "25 (1 seed)"
+    assert rows[("gru", "trainer.epochs=10")]["test bleu, higher is better (mean ± 95% CI)"] == "25 (1 seed)"
     assert rows[("gru", "trainer.epochs=10")]["epochs"] == "10"
     assert rows[("gru", "trainer.epochs=10")]["wall (min)"] == "30"
     assert rows[("gru", "trainer.epochs=null")]["epochs"] == "1"
@@ -257,6 +257,43 @@ def test_metric_by_length_is_judged_against_each_baseline_family():
                                 "unit": "source subword tokens", "metric": "bleu", "buckets": buckets}}})
     verdict = long_range_verdict(pd.DataFrame(), records)
     assert ("not supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the "
-            "best conv1d baseline, conv1d, 29 (means over 2 seeds") in verdict
+            "best conv1d baseline, conv1d, 29 (higher is better; means over 2 seeds") in verdict
     assert "supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the best " \
            "rnn baseline, gru, 15" in verdict
+
+
+def wer_results(root: Path) -> Path:
+    """ASR records: WER, lower is better; attention trails the LSTM overall, beats it on the
+    longest utterances; the GRU is worst."""
+    for seed in range(3):
+        for model, wer, long in (("attention", 0.05, 0.04), ("lstm", 0.03, 0.06), ("gru", 0.08, 0.09)):
+            buckets = [{"length": "1-2", "count": 5, "value": wer},
+                       {"length": "7+", "count": 5, "value": long}]
+            details = {"metric_by_length": {"unit": "words", "metric": "wer", "buckets": buckets},
+                       "samples": [{"reference": "one two", "hypothesis": f"one | {MALICIOUS}"}]}
+            write_record(root, f"asr-{model}-{seed}", task="asr", dataset="fsdd_strings", model=model,
+                         seed=seed, metric_name="wer", higher_is_better=False,
+                         test_metric=wer + 0.001 * seed, test_details=details)
+    return root
+
+
+def test_a_lower_is_better_metric_is_judged_the_right_way_round(tmp_path):
+    markdown = write_report(wer_results(tmp_path / "results"))[0].read_text()
+    results = markdown.split("## Results per task")[1].split("\n## ")[0]
+    assert "test wer, lower is better (mean ± 95% CI)" in results
+    assert "attention trails the best rnn baseline, lstm: wer 0.051 ± " in results
+    assert "(lower is better; 3 seeds)" in results
+    claims = markdown.split("## The article's claims against the data")[1]
+    assert ("asr/fsdd_strings: supported on the longest bucket (7+ words): attention wer 0.04 vs the best "
+            "rnn baseline, lstm, 0.06 (lower is better") in claims
+
+
+def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
+    md_path, html_path = write_report(wer_results(tmp_path / "results"))
+    samples = md_path.read_text().split("## Sample outputs")[1].split("\n## ")[0]
+    assert "asr / fsdd_strings: attention, seed 0, first 1 test examples." in samples
+    assert MALICIOUS not in samples and "one &#124; &lt;script&gt;" in samples
+    row = next(line for line in samples.splitlines() if line.startswith("| one two"))
+    assert row.count("|") == 3  # two cells: the user's "|" did not open a third
+    page = html_path.read_text()
+    assert MALICIOUS not in page and "<td>one | &lt;script&gt;alert('x')&lt;/script&gt;</td>" in page
