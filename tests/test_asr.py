@@ -231,3 +231,19 @@ def test_tiny_asr_run_on_an_audiofolder(tmp_path, model):
     check_asr_record(rec, model, "audiofolder", 4)
     assert rec["data"]["units"] == "char" and rec["data"]["sizes"]["val"] >= 1
     assert json.dumps(rec["config"]["task"]["root"]) == json.dumps(str(root))
+
+
+def test_fsdd_strings_from_the_data_root(data_dir, tmp_path):
+    task = ASRTask("asr", "fsdd_strings", str(data_dir), str(tmp_path / "cache"),
+                   sizes={"train": 30, "val": 6, "test": 6})
+    splits = task.load(0)
+    info = splits.info
+    assert info["sizes"] == {"train": 30, "val": 6, "test": 6} and info["vocab_size"] == 12
+    assert "no coarticulation" in info["dataset_note"] and "recordings 0-4" in info["split"]
+    for low, high in info["words_per_utterance"].values():
+        assert 1 <= low <= high <= 7
+    # 1-7 digits of 0.2-0.8 s each plus 2-8 gaps of 50-300 ms: between 0.3 s and 8 s
+    assert 30 <= int(splits.train.lengths.min()) and int(splits.train.lengths.max()) <= 800
+    again = ASRTask("asr", "fsdd_strings", str(data_dir), str(tmp_path / "cache"),
+                    sizes={"train": 30, "val": 6, "test": 6}).load(0)
+    assert again.info["features"]["cached"] and again.test.references == splits.test.references
