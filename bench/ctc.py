@@ -27,7 +27,7 @@ def normalise_text(text: str) -> str:
 @dataclass
 class Vocabulary:
     """CTC tokens: 0 the blank, 1 unknown, then the train transcripts' words (``word`` units)
-    or characters with ``|`` for the space (``char`` units)."""
+    or characters with ``|`` ending each word (``char`` units)."""
 
     units: Units
     tokens: list[str]
@@ -44,7 +44,10 @@ class Vocabulary:
 
     @staticmethod
     def _split(units: Units, text: str) -> list[str]:
-        return text.split() if units == "word" else list(text.replace(" ", SPACE))
+        # Char units end every word with "|", the last one too (torchaudio's and wav2vec 2.0's
+        # convention): the lexicon search completes a word on its "|", so a word's repeated
+        # last character is not read as the start of another word.
+        return text.split() if units == "word" else list(text.replace(" ", SPACE) + SPACE)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -75,11 +78,14 @@ def greedy_ids(log_probs: Tensor, lengths: Tensor) -> list[list[int]]:
 
 
 class BeamDecoder:
-    """Lexicon-constrained CTC beam search (torchaudio ``ctc_decoder``, no language model).
+    """CTC beam search that only writes training words (torchaudio ``ctc_decoder``, no
+    language model).
 
-    Word units: every word is its own token, so the lexicon spells each word with itself;
-    char units: each word is spelled by its characters, and ``|`` (the space) is the silence
-    between words."""
+    Char units: a lexicon spells each training word by its characters and the ``|`` that
+    ends it. Word units: every token already is a training word, so
+    the search runs without a lexicon. (A lexicon whose words are single tokens would turn
+    a word's repeated frames into more words: flashlight's lexicon search returns to the
+    trie's root after a one-token word and can then only absorb those frames as silence.)"""
 
     def __init__(self, vocab: Vocabulary, train_words: list[str], beam_size: int) -> None:
         from torchaudio.models.decoder import ctc_decoder
@@ -89,20 +95,24 @@ class BeamDecoder:
         # that the model never emits (its column of log-probs is far below any other).
         self.extra_boundary = SPACE not in vocab.tokens
         tokens = vocab.tokens + ([SPACE] if self.extra_boundary else [])
+        settings = dict(tokens=tokens, lm=None, beam_size=beam_size, blank_token=BLANK, sil_token=SPACE)
+        if vocab.units == "word":
+            self.decoder = ctc_decoder(lexicon=None, **settings)
+            return
         with tempfile.TemporaryDirectory() as tmp:
             lexicon = Path(tmp) / "lexicon.txt"
-            lines = [f"{w} {w}" if vocab.units == "word" else f"{w} {' '.join(w)}"
-                     for w in sorted(set(train_words))]
-            lexicon.write_text("\n".join(lines) + "\n")
-            self.decoder = ctc_decoder(lexicon=str(lexicon), tokens=tokens, lm=None, beam_size=beam_size,
-                                       blank_token=BLANK, sil_token=SPACE, unk_word=UNKNOWN)
+            lexicon.write_text("".join(f"{w} {' '.join(w)} {SPACE}\n" for w in sorted(set(train_words))))
+            self.decoder = ctc_decoder(lexicon=str(lexicon), unk_word=UNKNOWN, **settings)
 
     def __call__(self, log_probs: Tensor, lengths: Tensor) -> list[str]:
         emissions = log_probs.detach().float().cpu().contiguous()
         if self.extra_boundary:
             emissions = torch.cat([emissions, torch.full_like(emissions[..., :1], -1e4)], dim=-1)
         results = self.decoder(emissions, lengths.cpu().to(torch.int32))
-        return [" ".join(hyps[0].words) if hyps else "" for hyps in results]
+        if self.vocab.units == "char":
+            return [" ".join(hyps[0].words) if hyps else "" for hyps in results]
+        return [self.vocab.decode([t for t in hyps[0].tokens.tolist() if t < len(self.vocab)])
+                if hyps else "" for hyps in results]
 
 
 def error_rates(references: list[str], hypotheses: list[str]) -> dict:

@@ -34,8 +34,9 @@ def test_vocabulary_maps_unknown_words_to_unk_and_back():
     assert WORDS.decode([4, 1, 2]) == "two <unk> one"
     chars = Vocabulary.from_transcripts("char", ["ab a"])
     assert chars.tokens == [BLANK, UNKNOWN, "a", "b", "|"]
+    assert chars.encode("ab a") == [2, 3, 4, 2, 4]  # every word ends with "|", the last one too
     assert chars.decode(chars.encode("ab a")) == "ab a"
-    assert chars.encode("ac") == [2, 1]
+    assert chars.encode("ac") == [2, 1, 4]
 
 
 def test_greedy_ctc_merges_repeats_only_without_a_blank_between():
@@ -50,15 +51,18 @@ def test_greedy_ctc_merges_repeats_only_without_a_blank_between():
 def test_beam_search_writes_only_lexicon_words():
     beam = BeamDecoder(WORDS, ["one", "three", "two"], beam_size=4)
     assert beam(emissions([2, 0, 2, 4, 0], 5), torch.tensor([5])) == ["one one two"]
-    # char units: "|" (the space) separates words; the lexicon knows "two" and "to" only
+    # a word held over several frames is one word, not more words in between
+    assert beam(emissions([2, 0, 4, 4, 4, 0, 2], 5), torch.tensor([7])) == ["one two one"]
+    # char units: "|" ends each word; the lexicon knows "two" and "to" only
     chars = Vocabulary.from_transcripts("char", ["two to"])
     t, w, o, space = (chars.tokens.index(c) for c in "two|")
     decoder = BeamDecoder(chars, ["two", "to"], beam_size=8)
-    assert decoder(emissions([t, w, o, space, t, o], len(chars)), torch.tensor([6])) == ["two to"]
+    for path in ([t, w, o, space, t, o, space], [t, t, w, o, o, space, space, t, o, o, 0, space]):
+        assert decoder(emissions(path, len(chars)), torch.tensor([len(path)])) == ["two to"]
     # the best path spells "ot", no word: greedy writes it, the beam search cannot
-    assert chars.decode(greedy_ids(emissions([o, t], len(chars)), torch.tensor([2]))[0]) == "ot"
-    (text,) = decoder(emissions([o, t], len(chars)), torch.tensor([2]))
-    assert set(text.split()) <= {"two", "to"}
+    assert chars.decode(greedy_ids(emissions([o, t, space], len(chars)), torch.tensor([3]))[0]) == "ot"
+    (text,) = decoder(emissions([o, t, space], len(chars)), torch.tensor([3]))
+    assert set(text.split()) <= {"two", "to"}  # a lexicon word, or nothing
 
 
 def test_error_rates_count_substitutions_deletions_insertions():
@@ -243,7 +247,7 @@ def test_fsdd_strings_from_the_data_root(data_dir, tmp_path):
     for low, high in info["words_per_utterance"].values():
         assert 1 <= low <= high <= 7
     # 1-7 digits of 0.2-0.8 s each plus 2-8 gaps of 50-300 ms: between 0.3 s and 8 s
-    assert 30 <= int(splits.train.lengths.min()) and int(splits.train.lengths.max()) <= 800
+    assert int(splits.train.lengths.min()) >= 30 and int(splits.train.lengths.max()) <= 800
     again = ASRTask("asr", "fsdd_strings", str(data_dir), str(tmp_path / "cache"),
                     sizes={"train": 30, "val": 6, "test": 6}).load(0)
     assert again.info["features"]["cached"] and again.test.references == splits.test.references
