@@ -62,6 +62,11 @@ SOURCES = {
             "https://raw.githubusercontent.com/multi30k/dataset/"
             "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/",
             "Multi30k task 1 en-de raw text (gzip): train, val, test_2016_flickr"),
+        DatasetSource(
+            "aeslc", "aeslc",
+            # The data root's copy names the commit by its short hash, which GitHub resolves.
+            "https://raw.githubusercontent.com/ryanzhumich/AESLC/7afc087a/",
+            "AESLC (Zhang & Tetreault 2019): 18,302 Enron emails with subject lines, annotated dev and test"),
     )
 }
 

@@ -76,6 +76,20 @@ ASR_FOLDER = ["run", "task=asr", "task.dataset=audiofolder", "trainer.max_steps=
 TONES = {"a.wav": None, "b.wav": None, "c.wav": None}
 
 
+def jsonl_folder(files: dict[str, str]):
+    def setup(tmp: Path) -> list[str]:
+        root = tmp / "pairs"
+        root.mkdir()
+        for split, text in files.items():
+            (root / f"{split}.jsonl").write_text(text)
+        return [f"task.root={root}"]
+    return setup
+
+
+JSONL = ["run", "task=summarization", "task.dataset=jsonl", "trainer.max_steps=2", "trainer.infer_iters=1"]
+GOOD_LINE = '{"document": "a document", "summary": "its summary"}\n'
+
+
 def fsdd_speaker_amy(tmp: Path) -> list[str]:
     recordings = tmp / "data" / "fsdd" / "recordings"
     recordings.mkdir(parents=True)
@@ -167,7 +181,8 @@ MULTI30K = list(SOURCES["multi30k"].checksums())
 CATALOGUE: dict[str, Case] = {
     "unknown-command": Case(["train"], "unknown command 'train'"),
     "unknown-task": Case(["run", "task=video"],
-                         "unknown task 'video'; choose one of: image, recall, speech, translation"),
+                         "unknown task 'video'; choose one of: asr, image, recall, speech, summarization, "
+                         "translation"),
     "unknown-model": Case(["run", "model=transformer"],
                           "unknown model 'transformer'; choose one of: attention, gru, lstm"),
     "unknown-dataset": Case(["run", "task.dataset=cifar"], "unknown image dataset 'cifar'"),
@@ -318,6 +333,21 @@ CATALOGUE: dict[str, Case] = {
                                 "unknown asr dataset 'librispeech'; choose one of"),
     "asr-fewer-words-than-minimum": Case(["run", "task=asr", "task.min_words=5", "task.max_words=2"],
                                          "task.min_words=5 is more than task.max_words=2"),
+    # Your own pairs for task=summarization (task.dataset=jsonl).
+    "jsonl-without-root": Case(JSONL, "task.dataset=jsonl needs task.root=PATH"),
+    "jsonl-file-missing": Case(JSONL, "validation.jsonl not found; task.root holds train.jsonl",
+                               setup=jsonl_folder({"train": GOOD_LINE, "test": GOOD_LINE})),
+    "jsonl-field-missing": Case(JSONL, "test.jsonl line 1 has no 'summary' field (it has document, title)",
+                                setup=jsonl_folder({"train": GOOD_LINE, "validation": GOOD_LINE,
+                                                    "test": '{"document": "d", "title": "t"}\n'})),
+    "jsonl-line-not-json": Case(JSONL, "train.jsonl line 2 is not JSON",
+                                setup=jsonl_folder({"train": GOOD_LINE + "{document: d}\n",
+                                                    "validation": GOOD_LINE, "test": GOOD_LINE})),
+    "jsonl-empty-split": Case(JSONL, "test.jsonl holds no examples",
+                              setup=jsonl_folder({"train": GOOD_LINE, "validation": GOOD_LINE,
+                                                  "test": "\n"})),
+    "summarization-unknown-dataset": Case(["run", "task=summarization", "task.dataset=cnn_dailymail"],
+                                          "unknown summarization dataset 'cnn_dailymail'; choose one of"),
     # Records are checked when read; outputs that cannot be written are one line.
     "record-not-an-object": Case(["table"], "a record is a JSON object, this is a list",
                                  setup=record_file("[1, 2, 3]")),

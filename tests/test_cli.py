@@ -31,7 +31,7 @@ def test_run_help_lists_groups_and_choices():
     out = run_cli("run", "--help")
     assert out.returncode == 0
     assert "model: attention, gru, lstm" in out.stdout
-    assert "task: asr, image, recall, speech, translation" in out.stdout
+    assert "task: asr, image, recall, speech, summarization, translation" in out.stdout
     chosen, internal = out.stdout.split("== Groups set by those choices (not typed) ==")
     assert "suite: claims_heads, claims_length, none, quick, standard" in chosen
     assert "model_size" not in chosen and "suite_task" in internal  # what users choose comes first

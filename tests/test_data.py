@@ -36,7 +36,7 @@ def serve(directory: Path) -> Iterator[str]:
 
 def test_every_dataset_has_a_sha256_for_every_file():
     counts = {name: len(source.checksums()) for name, source in SOURCES.items()}
-    assert counts == {"fashion-mnist": 4, "fsdd": 3000, "multi30k": 6}
+    assert counts == {"fashion-mnist": 4, "fsdd": 3000, "multi30k": 6, "aeslc": 18303}
     for source in SOURCES.values():
         assert all(len(d) == 64 and int(d, 16) >= 0 for d in source.checksums().values())
 
@@ -47,6 +47,7 @@ def test_check_passes_on_the_real_data_root(data_dir):
     assert out.returncode == 0, out.stderr
     assert "fsdd: ok, 3000 files verified" in out.stdout
     assert "fashion-mnist: ok, 4 files" in out.stdout and "multi30k: ok, 6 files" in out.stdout
+    assert "aeslc: ok, 18303 files verified" in out.stdout
 
 
 @pytest.mark.data

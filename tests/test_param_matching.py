@@ -20,12 +20,15 @@ DATA_INFO = {  # (task, dataset): what the task's loader reports about the data
     ("translation", "multi30k"): {"vocab_size": 8000},
     ("translation", "quick"): {"vocab_size": 400},  # the quick suite's numbers corpus
     ("recall", "first_token"): {},
+    ("summarization", "aeslc"): {"vocab_size": 8000},
+    ("summarization", "quick"): {"vocab_size": 300},  # the quick suite's incident reports
     ("asr", "fsdd_strings"): {"max_frames": 788, "vocab_size": 12},
     ("asr", "synth_strings"): {"max_frames": 323, "vocab_size": 12},
 }
 TASKS = sorted(p.stem for p in (Path(CONF_DIR) / "task").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (Path(CONF_DIR) / "model").glob("*.yaml"))
-VARIANTS = {"translation": [[], ["model.additive_attention=true"]]}
+VARIANTS = {"translation": [[], ["model.additive_attention=true"]],
+            "summarization": [[], ["model.additive_attention=true"]]}
 
 
 def _params(task_name: str, dataset: str, overrides: list[str]) -> int:

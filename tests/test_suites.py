@@ -47,7 +47,7 @@ def test_every_job_of_every_suite_composes(suite):
 
 def test_quick_suite_uses_only_offline_datasets():
     for task, dataset in (("image", "digits"), ("speech", "synth_digits"), ("translation", "numbers"),
-                          ("asr", "synth_strings")):
+                          ("asr", "synth_strings"), ("summarization", "reports")):
         assert _compose(["suite=quick", f"task={task}"]).task.dataset == dataset
 
 

@@ -5,9 +5,10 @@ import sacrebleu
 import torch
 
 from bench.errors import BenchError
+from bench.text_pairs import BOS, EOS, PAD, PairDataset, collate_pairs
 from models.decoding import beam_search, greedy_decode, greedy_decode_without_cache
 from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq, padding_mask
-from tasks.translation import BOS, EOS, PAD, PairDataset, TranslationTask, collate_pairs, number_phrases
+from tasks.translation import TranslationTask, number_phrases
 
 SMALL = {"train": 600, "val": 40, "test": 40}
 
@@ -165,7 +166,7 @@ def test_bleu_of_known_strings():
 def test_bucketed_bleu_and_signature(tmp_path):
     task = _numbers_task(tmp_path)
     sentence = "one two three four five"
-    by_length = task.bleu_by_length([[1] * 5, [1] * 30], [sentence, "x"], [sentence, "y z"])
+    by_length = task.by_length([[1] * 5, [1] * 30], [sentence, "x"], [[sentence], ["y z"]])
     assert by_length["unit"] == "source subword tokens" and by_length["metric"] == "bleu"
     buckets = by_length["buckets"]
     assert [(b["length"], b["count"]) for b in buckets] == [("1-12", 1), ("26+", 1)]  # 13-25: empty
