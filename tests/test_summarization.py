@@ -129,3 +129,22 @@ def test_tiny_run_on_a_jsonl_folder(tmp_path):
     (rec,) = read_records(tmp_path / "r")
     check_summary_record(rec, 5)
     assert rec["data"]["references_per_example"]["test"] == 2
+
+
+def test_aeslc_splits_train_on_the_subject_and_score_against_the_annotations(tmp_path):
+    root = tmp_path / "data" / "aeslc" / "enron_subject_line"
+    for folder, count in (("train", 12), ("dev", 3), ("test", 3)):
+        (root / folder).mkdir(parents=True)
+        for i in range(count):
+            notes = "" if folder == "train" else "".join(f"@ann{k}\nnote {k} of {i}\n\n" for k in range(3))
+            (root / folder / f"test-only_{i}.subject").write_text(
+                f"Body of email {i} about the gas deal\nsecond line\n\n@subject\nRe: deal {i}\n\n{notes}")
+    summaries = SummarizationTask("summarization", "aeslc", str(tmp_path / "data"), str(tmp_path / "c"),
+                                  vocab_size=60)
+    splits = summaries.load(0)
+    assert splits.info["sizes"] == {"train": 12, "val": 3, "test": 3}
+    assert splits.train.tgt_text[0] == "Re: deal 0" and splits.train.references[0] == ["Re: deal 0"]
+    assert splits.test.tgt_text[1] == "Re: deal 1"  # the loss: the sender's subject
+    # ROUGE: against the annotators' lines
+    assert splits.test.references[1] == ["note 0 of 1", "note 1 of 1", "note 2 of 1"]
+    assert splits.info["references_per_example"] == {"train": 1, "val": 3, "test": 3}
