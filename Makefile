@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# The quick suite: attention vs LSTM vs GRU on the three offline datasets (digits,
-# synth_digits, numbers), nothing to download; then the table and the report.
+# The quick suite: attention vs LSTM vs GRU on the five offline datasets (digits,
+# synth_digits, numbers, synth_strings, reports), nothing to download; then the table and the report.
 demo: install
 	$(BIN)/mhab run -m suite=quick
 	$(BIN)/mhab table results/quick
