@@ -320,10 +320,16 @@ def samples_section(records: list[dict]) -> Section:
         shown.add(key)
         s.text(f"{rec['task']} / {rec['dataset']}: {rec['label']}, seed {rec['seed']}, first "
                f"{len(samples)} test examples.")
-        s.table(pd.DataFrame(samples), text_cells=True)
+        s.table(pd.DataFrame(samples).map(shorten), text_cells=True)
     if not shown:
         s.text("No samples yet: tasks that write text (translation, asr) keep a few test outputs.")
     return s
+
+
+def shorten(value: object, limit: int = 300) -> str:
+    """A sample's text cut to ``limit`` characters (an email is a source too)."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit].rstrip() + " …"
 
 
 def escape_cell(value: object) -> str:

@@ -295,5 +295,8 @@ def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
     assert MALICIOUS not in samples and "one &#124; &lt;script&gt;" in samples
     row = next(line for line in samples.splitlines() if line.startswith("| one two"))
     assert row.count("|") == 3  # two cells: the user's "|" did not open a third
+    from bench.report import shorten
+
+    assert shorten("word " * 100, 20) == "word word word word …" and shorten("short") == "short"
     page = html_path.read_text()
     assert MALICIOUS not in page and "<td>one | &lt;script&gt;alert('x')&lt;/script&gt;</td>" in page
