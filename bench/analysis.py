@@ -119,14 +119,15 @@ def model_verdicts(group: pd.DataFrame) -> list[str]:
             seeds = int(min(a["seeds"], best["seeds"]))
             name = label(a["model"], a["variant"], a["setting"])
             rival = label(best["model"], best["variant"], best["setting"])
+            scores = (f"{metric} {a['mean']:.4g} ± {fmt(a['ci95'], 2)} vs {best['mean']:.4g} ± "
+                      f"{fmt(best['ci95'], 2)} ({direction(higher)}")
             if seeds < 2:
-                word = "cannot be told apart from (one seed, no interval)"
-            else:
-                word = {"better": "beats", "worse": "trails", "overlap": "is within the 95% CIs of"}[
-                    judge(a["mean"], a["ci95"], best["mean"], best["ci95"], higher)]
-            out.append(f"{name} {word} the best {family} baseline, {rival}: {metric} {a['mean']:.4g} ± "
-                       f"{fmt(a['ci95'], 2)} vs {best['mean']:.4g} ± {fmt(best['ci95'], 2)} "
-                       f"({direction(higher)}; {seeds} seed{'s' if seeds != 1 else ''}).")
+                out.append(f"{name} against the best {family} baseline, {rival}: {scores}; one seed, so "
+                           f"no interval and no verdict).")
+                continue
+            word = {"better": "beats", "worse": "trails", "overlap": "is within the 95% CIs of"}[
+                judge(a["mean"], a["ci95"], best["mean"], best["ci95"], higher)]
+            out.append(f"{name} {word} the best {family} baseline, {rival}: {scores}; {seeds} seeds).")
     return out
 
 

@@ -262,10 +262,10 @@ def test_metric_by_length_is_judged_against_each_baseline_family():
            "rnn baseline, gru, 15" in verdict
 
 
-def wer_results(root: Path) -> Path:
+def wer_results(root: Path, seeds: int = 3) -> Path:
     """ASR records: WER, lower is better; attention trails the LSTM overall, beats it on the
     longest utterances; the GRU is worst."""
-    for seed in range(3):
+    for seed in range(seeds):
         for model, wer, long in (("attention", 0.05, 0.04), ("lstm", 0.03, 0.06), ("gru", 0.08, 0.09)):
             buckets = [{"length": "1-2", "count": 5, "value": wer},
                        {"length": "7+", "count": 5, "value": long}]
@@ -283,6 +283,9 @@ def test_a_lower_is_better_metric_is_judged_the_right_way_round(tmp_path):
     assert "test wer, lower is better (mean ± 95% CI)" in results
     assert "attention trails the best rnn baseline, lstm: wer 0.051 ± " in results
     assert "(lower is better; 3 seeds)" in results
+    one_seed = write_report(wer_results(tmp_path / "one", seeds=1))[0].read_text()
+    assert "attention against the best rnn baseline, lstm: wer 0.05 ± - vs 0.03 ± - (lower is better; " \
+           "one seed, so no interval and no verdict)." in one_seed
     claims = markdown.split("## The article's claims against the data")[1]
     assert ("asr/fsdd_strings: supported on the longest bucket (7+ words): attention wer 0.04 vs the best "
             "rnn baseline, lstm, 0.06 (lower is better") in claims
