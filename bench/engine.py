@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 from omegaconf import DictConfig
@@ -40,6 +40,7 @@ class TrainerSettings:
     epochs: Annotated[int, AT_LEAST_1]
     max_steps: Annotated[int, AT_LEAST_1] | None
     batch_size: Annotated[int, AT_LEAST_1]
+    batching: Literal["random", "bucketed"]  # bench.batching.BATCHINGS
     eval_batch_size: Annotated[int, AT_LEAST_1]
     lr: Annotated[float, POSITIVE]
     min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
@@ -142,9 +143,9 @@ def fit(
     ``progress`` draws a bar; ``log_every_s`` logs a progress line that often instead, for
     output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
     epoch would otherwise say nothing until it ends."""
-    train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers)
-    val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed)
-    test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed)
+    train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers, cfg.batching)
+    val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
+    test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
 
     steps_per_epoch = len(train_loader)
     total_steps = cfg.epochs * steps_per_epoch

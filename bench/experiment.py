@@ -97,7 +97,8 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
         "higher_is_better": task.higher_is_better,
         "params": measure.count_parameters(model),
         "model_notes": setup.built.notes,
-        "data": splits.info,
+        "data": {**splits.info, "batching": task.batching_info(splits.train, cfg.trainer.batching,
+                                                               cfg.trainer.batch_size, cfg.seed)},
         "config": resolved,
         "environment": environment(device),
     }

@@ -26,6 +26,7 @@ from torch.utils.data import (
 )
 
 from bench.attention_examples import AttentionExample, PatchGridExample
+from bench.batching import BATCHINGS, BucketBatchSampler, padding_shares
 from bench.errors import BenchError
 from models.inputs import InputKind
 
@@ -39,6 +40,10 @@ class BatchDataset(Dataset):
 
     def __getitem__(self, indices: list[int]) -> Batch:
         raise NotImplementedError
+
+    def example_lengths(self) -> Tensor | None:
+        """Each example's length, for length-bucketed batches; None: all the same length."""
+        return None
 
 
 SPLITS = ("train", "val", "test")
@@ -89,8 +94,16 @@ class Task(abc.ABC):
         and what the task needs back."""
 
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
-               num_workers: int = 0) -> DataLoader:
+               num_workers: int = 0, batching: str = "random") -> DataLoader:
+        """Batches of ``dataset``; ``batching="bucketed"`` groups examples of similar length
+        (``bench.batching``), in training and in evaluation, where the task puts outputs
+        back in order by each batch's index column."""
         generator = torch.Generator().manual_seed(seed)
+        lengths = self._lengths(dataset, batching)
+        if batching == "bucketed":
+            return DataLoader(dataset, sampler=BucketBatchSampler(lengths, batch_size, shuffle, generator),
+                              batch_size=None, num_workers=num_workers,
+                              persistent_workers=num_workers > 0)
         if isinstance(dataset, BatchDataset | TensorDataset):
             # A batch of in-memory tensors is one indexing op per tensor, not one per sample
             # plus a collate: the same batches, in the same order, for a fraction of the cost.
@@ -103,6 +116,25 @@ class Task(abc.ABC):
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
         )
+
+    def batching_info(self, dataset: Dataset, batching: str, batch_size: int, seed: int) -> dict:
+        """What the record says of the training batches: the batching and, for examples of
+        varying length, one epoch's padding share (padded / all positions) both ways."""
+        lengths = self._lengths(dataset, batching)
+        info: dict[str, Any] = {"mode": batching}
+        if lengths is not None:
+            info["padding_share"] = padding_shares(lengths, batch_size, seed)
+        return info
+
+    def _lengths(self, dataset: Dataset, batching: str) -> Tensor | None:
+        if batching not in BATCHINGS:
+            raise BenchError(f"unknown trainer.batching '{batching}'; choose one of {', '.join(BATCHINGS)}")
+        lengths = dataset.example_lengths() if isinstance(dataset, BatchDataset) else None
+        if batching == "bucketed" and lengths is None:
+            raise BenchError(f"trainer.batching=bucketed needs examples of varying length; task "
+                             f"'{self.name}' (dataset '{self.dataset}') has none: use "
+                             f"trainer.batching=random")
+        return lengths
 
     @staticmethod
     def to_device(batch: Batch, device: torch.device) -> Batch:

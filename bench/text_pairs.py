@@ -70,6 +70,9 @@ class PairDataset(BatchDataset):
     def __len__(self) -> int:
         return len(self.src_ids)
 
+    def example_lengths(self) -> Tensor:
+        return self.src_lengths[: len(self)]
+
     def __getitem__(self, indices: list[int]) -> Batch:
         """The batch of these pairs: (src, src_lengths, tgt_in, tgt_out, index), as
         ``collate_pairs`` pads it."""

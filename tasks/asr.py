@@ -62,6 +62,9 @@ class Utterances(BatchDataset):
     def __len__(self) -> int:
         return len(self.features)
 
+    def example_lengths(self) -> Tensor:
+        return self.lengths
+
     def __getitem__(self, indices: list[int]) -> Batch:
         indices = [int(i) for i in indices]
         lengths = self.lengths[indices]

@@ -19,7 +19,7 @@ from bench.record import config_hash, new_run_dir
 from bench.task import ClassificationTask, Splits
 
 TRAINER = OmegaConf.create({
-    "epochs": 3, "max_steps": None, "batch_size": 16, "eval_batch_size": 64, "lr": 0.1,
+    "epochs": 3, "max_steps": None, "batch_size": 16, "batching": "random", "eval_batch_size": 64, "lr": 0.1,
     "min_lr_ratio": 0.0, "warmup_epochs": 1.0, "weight_decay": 0.0, "betas": [0.9, 0.999],
     "grad_clip": 1.0, "num_workers": 0, "timing_warmup_steps": 2, "infer_iters": 3,
     "dtype": "float32", "compile": False,
