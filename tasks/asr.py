@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
@@ -174,7 +175,7 @@ class ASRTask(Task):
         return {"version": FEATURES_VERSION, "dataset": self.dataset, "source": source,
                 **self.log_mel.settings()}
 
-    def features_path(self):
+    def features_path(self) -> Path:
         key = hashlib.sha256(json.dumps(self._fingerprint(), sort_keys=True).encode()).hexdigest()
         return cache_path(self.cache_dir, "asr") / f"{self.dataset}-{key[:16]}.pt"
 

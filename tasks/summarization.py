@@ -31,7 +31,6 @@ JSONL_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 
 class SummarizationTask(TextPairTask):
     metric_name = "rougeL"
-    length_unit = "source subword tokens"
 
     def __init__(
         self, name: str, dataset: str, data_dir: str | None, cache_dir: str, root: str | None = None,
@@ -193,9 +192,9 @@ INCIDENTS = ["leak", "fire", "outage", "breach", "delay", "fault", "alarm", "spi
 PLACES = [f"{kind} {n}" for kind in ("building", "dock", "line", "warehouse", "tower") for n in range(1, 10)]
 TEMPLATES = [
     "At {time}, a {severity} {incident} was reported in {place}.",
-    "{Place} logged a {severity} {incident} at {time}.",
-    "Staff in {place} noted a {severity} {incident} shortly after {time}.",
     "A {severity} {incident} hit {place} at {time}.",
+    "A {severity} {incident} in {place} was logged at {time}.",
+    "Shortly after {time}, staff noted a {severity} {incident} in {place}.",
 ]
 
 
@@ -218,7 +217,7 @@ def incident_reports(sizes: dict[str, int], seed: int) -> dict[str, TextPairs]:
                 incident, place = INCIDENTS[rng.integers(len(INCIDENTS))], PLACES[rng.integers(len(PLACES))]
                 sentence = TEMPLATES[rng.integers(len(TEMPLATES))].format(
                     time=f"{minute // 60:02d}:{minute % 60:02d}", severity=SEVERITIES[level],
-                    incident=incident, place=place, Place=place.capitalize())
+                    incident=incident, place=place)
                 sentences.append(sentence)
                 if level == top:
                     headline = f"{SEVERITIES[level]} {incident} in {place}"

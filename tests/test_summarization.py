@@ -77,6 +77,9 @@ def test_incident_reports_need_the_whole_report():
         assert all(SEVERITIES.index(w) <= top for w in source.split() if w in SEVERITIES)
         key = next(i for i, s in enumerate(sentences) if f" {severity} " in f" {s} ")
         positions.append(key / len(sentences))
+        incident, place = headline.split(" in ")[0].split()[1], headline.split(" in ")[1]
+        # the key sentence names severity, incident and place in the headline's order
+        assert sentences[key].index(f"{severity} {incident}") < sentences[key].index(place)
     assert min(positions) == 0 and max(positions) > 0.8  # first as well as last
 
 
@@ -95,6 +98,9 @@ def check_summary_record(rec: dict, test_size: int) -> None:
     assert by_length["metric"] == "rougeL" and sum(b["count"] for b in by_length["buckets"]) == test_size
     assert {"source", "reference", "hypothesis"} <= set(details["samples"][0])
     assert rec["data"]["sources_cut"]["max_tokens"] == rec["config"]["task"]["max_source_tokens"]
+    batching = rec["data"]["batching"]
+    assert batching["mode"] == "bucketed"
+    assert batching["padding_share"]["bucketed"] < batching["padding_share"]["random"]
 
 
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru", "gru+additive"])
