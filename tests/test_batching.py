@@ -85,11 +85,17 @@ def test_the_padded_rnn_path_matches_packed_sequences(cell, bidirectional):
     torch.manual_seed(0)
     encoder = RNNEncoder(6, 8, num_layers=2, cell=cell, bidirectional=bidirectional).eval()
     x, lengths = torch.randn(4, 9, 6), torch.tensor([9, 1, 5, 7])
-    outputs, summary = encoder(x, lengths)
+    weigh_outputs, weigh_summary = torch.randn(4, 9, encoder.output_dim), torch.randn(4, encoder.output_dim)
+
+    def outputs_and_grads(outputs, summary):
+        encoder.zero_grad()
+        ((outputs * weigh_outputs).sum() + (summary * weigh_summary).sum()).backward()
+        return outputs, summary, {n: p.grad.clone() for n, p in encoder.named_parameters()}
+
+    padded = outputs_and_grads(*encoder(x, lengths))
     packed, state = encoder.rnn(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
-    expected, _ = pad_packed_sequence(packed, batch_first=True, total_length=9)
     hidden = state[0] if cell == "lstm" else state
-    torch.testing.assert_close(outputs, expected)
-    torch.testing.assert_close(summary, torch.cat(list(hidden[-encoder.directions:]), dim=-1))
-    outputs.sum().backward()
-    assert encoder.rnn.weight_hh_l1.grad is not None and encoder.rnn.weight_hh_l1.grad.abs().sum() > 0
+    expected = outputs_and_grads(pad_packed_sequence(packed, batch_first=True, total_length=9)[0],
+                                 torch.cat(list(hidden[-encoder.directions:]), dim=-1))
+    torch.testing.assert_close(padded, expected)  # outputs, summary and every weight's gradient
+    assert padded[2]["rnn.weight_hh_l1"].abs().sum() > 0
