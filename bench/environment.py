@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -38,6 +39,33 @@ def git_revision() -> str | None:
     return rev + ("-dirty" if dirty else "")
 
 
+# The distributions whose behaviour a run's numbers depend on: the model and training stack,
+# data reading and tokenising, metrics, config composition.
+PACKAGES = ("torch", "torchaudio", "torchvision", "timm", "numpy", "pandas", "hydra-core",
+            "omegaconf", "sentencepiece", "sacrebleu", "rouge-score", "jiwer", "flashlight-text",
+            "soundfile", "num2words", "scipy", "mha-bench")
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed version of each distribution; None for one that is not installed."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def gpu_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
 def resolve_device(name: str) -> torch.device:
     from bench.errors import BenchError
 
@@ -57,6 +85,7 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "gpu_driver": gpu_driver() if device.type == "cuda" else None,
         "device": str(device),
         "device_name": gpu or cpu_model(),
         "cpu": cpu_model(),
@@ -65,4 +94,5 @@ def environment(device: torch.device) -> dict:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "git_revision": git_revision(),
+        "packages": package_versions(),
     }

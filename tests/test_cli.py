@@ -1,5 +1,6 @@
 """The command line as a user types it: help, one-line errors, tiny runs writing records."""
 
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
     env = rec["environment"]
     assert env["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert "git_revision" in env
+    for package in ("timm", "sacrebleu", "hydra-core", "torchaudio"):
+        assert env["packages"][package] == metadata.version(package)
     if model != "attention":
         assert NOTES[task] in rec["model_notes"]
     if task == "translation":
