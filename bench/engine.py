@@ -167,7 +167,7 @@ def fit(
         activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
     measure.reset_peak_memory(device)
     history: list[dict[str, float]] = []
-    best_val, best_epoch, step = None, 0, 0
+    best_val, best_epoch, step, samples_seen = None, 0, 0, 0
     timed_samples, timed_seconds = 0, 0.0
     train_start = time.perf_counter()
     epochs = math.ceil(total_steps / steps_per_epoch)
@@ -199,6 +199,7 @@ def fit(
                 timed_samples += batch[-1].shape[0]
                 timed_seconds += elapsed
             loss_sum, loss_count = loss_sum + loss_value, loss_count + 1
+            samples_seen += batch[-1].shape[0]
             if progress:  # formatting the postfix costs a little on every step
                 bar.update()
                 bar.set_postfix(
@@ -216,7 +217,9 @@ def fit(
             break
         with precision():
             val = task.evaluate(evaluated.eval(), val_loader, device)
-        history.append({"epoch": epoch, "step": step, "train_loss": loss_sum / loss_count,
+        # wall_s: since training began, validations included (what time to quality counts)
+        history.append({"epoch": epoch, "step": step, "train_samples": samples_seen,
+                        "wall_s": time.perf_counter() - train_start, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
         log.info(

@@ -64,6 +64,10 @@ def test_fit_selects_best_validation_checkpoint_and_measures(tmp_path):
     assert out["steps"] == 3 * 10 and out["train_timed_steps"] == 28
     assert out["train_samples_per_s"] > 0 and out["infer_samples_per_s"] > 0
     assert out["flops_per_sample"] == 2 * 4 * 2  # one 4->2 matmul per sample
+    # each validation is placed in samples seen and wall time since training began
+    assert [h["train_samples"] for h in out["history"]] == [160, 320, 480]
+    walls = [h["wall_s"] for h in out["history"]]
+    assert 0 < walls[0] < walls[1] < walls[2] <= out["train_seconds"]
     # The model left in memory is the selected checkpoint.
     saved = load_state_dict(tmp_path / CHECKPOINT)
     torch.testing.assert_close(saved["weight"], model.weight)
