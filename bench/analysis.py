@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from bench.results import label, metric_by_length
+from bench.stats import Difference, holm, verdict, welch
 
 ATTENTION = "attention"
 
@@ -22,16 +23,6 @@ def fmt(value: float, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}g}"
-
-
-def compare(a_mean: float, a_ci: float, b_mean: float, b_ci: float) -> str:
-    """'higher', 'lower' or 'overlap' for a against b, by their 95% intervals."""
-    a_ci, b_ci = (0.0 if math.isnan(c) else c for c in (a_ci, b_ci))
-    if a_mean - a_ci > b_mean + b_ci:
-        return "higher"
-    if a_mean + a_ci < b_mean - b_ci:
-        return "lower"
-    return "overlap"
 
 
 def higher_is_better(rows: pd.DataFrame) -> bool:
@@ -46,15 +37,6 @@ def higher_is_better(rows: pd.DataFrame) -> bool:
 def best_row(rows: pd.DataFrame, column: str = "mean") -> pd.Series:
     """The row with the best ``column`` in the metric's direction."""
     return rows.loc[rows[column].idxmax() if higher_is_better(rows) else rows[column].idxmin()]
-
-
-def judge(a_mean: float, a_ci: float, b_mean: float, b_ci: float, higher: bool) -> str:
-    """'better', 'worse' or 'overlap' for a against b, by their 95% intervals and the metric's
-    direction."""
-    order = compare(a_mean, a_ci, b_mean, b_ci)
-    if order == "overlap":
-        return order
-    return "better" if (order == "higher") == higher else "worse"
 
 
 def direction(higher: bool) -> str:
@@ -108,49 +90,53 @@ def length_buckets(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def difference(a: pd.Series, b: pd.Series) -> Difference:
+    """Welch's test of aggregate row ``a``'s seeds against row ``b``'s (a minus b)."""
+    return welch(a["values"], b["values"])
+
+
 def model_verdicts(group: pd.DataFrame) -> list[str]:
     """For one task and dataset: each attention row against the best row of each baseline
-    family, in the metric's direction, by 95% CIs over seeds."""
+    family, by Welch's t-test over seeds, Holm-corrected across the group's comparisons."""
     higher, metric = higher_is_better(group), group["metric_name"].iloc[0]
+    pairs = [(family, a, best_row(rows)) for family, rows in baselines(group).items()
+             for _, a in group[group["model_family"] == ATTENTION].iterrows()]
+    tests = holm([difference(a, best) for _, a, best in pairs])
     out = []
-    for family, rows in baselines(group).items():
-        best = best_row(rows)
-        for _, a in group[group["model_family"] == ATTENTION].iterrows():
-            seeds = int(min(a["seeds"], best["seeds"]))
-            name = label(a["model"], a["variant"], a["setting"])
-            rival = label(best["model"], best["variant"], best["setting"])
-            scores = (f"{metric} {a['mean']:.4g} ± {fmt(a['ci95'], 2)} vs {best['mean']:.4g} ± "
-                      f"{fmt(best['ci95'], 2)} ({direction(higher)}")
-            if seeds < 2:
-                out.append(f"{name} against the best {family} baseline, {rival}: {scores}; one seed, so "
-                           f"no interval and no verdict).")
-                continue
-            word = {"better": "beats", "worse": "trails", "overlap": "is within the 95% CIs of"}[
-                judge(a["mean"], a["ci95"], best["mean"], best["ci95"], higher)]
-            out.append(f"{name} {word} the best {family} baseline, {rival}: {scores}; {seeds} seeds).")
+    for (family, a, best), test in zip(pairs, tests, strict=True):
+        name = label(a["model"], a["variant"], a["setting"])
+        rival = label(best["model"], best["variant"], best["setting"])
+        scores = (f"{metric} {a['mean']:.4g} ± {fmt(a['ci95'], 2)} vs {best['mean']:.4g} ± "
+                  f"{fmt(best['ci95'], 2)} ({direction(higher)}")
+        if min(test.n_a, test.n_b) < 2:
+            out.append(f"{name} against the best {family} baseline, {rival}: {scores}; one seed, so "
+                       f"no test and no verdict).")
+            continue
+        word = {"supported": "beats", "contradicted": "trails",
+                "inconclusive": "is not significantly different from"}[verdict(test, claimed_positive=higher)]
+        out.append(f"{name} {word} the best {family} baseline, {rival}: {scores}); {test.describe()}.")
     return out
 
 
 # ---------------------------------------------------------------- claims
 def heads_verdict(agg: pd.DataFrame) -> str:
-    heads = heads_table(agg)
-    verdicts = []
-    for (task, dataset), group in heads.groupby(["task", "dataset"]):
+    """Claim 1, per task and dataset: the best several-head row against the one-head row,
+    Holm-corrected across the tasks."""
+    pairs = []
+    for (task, dataset), group in heads_table(agg).groupby(["task", "dataset"]):
         one, many = group[group["heads"] == 1], group[group["heads"] > 1]
-        if one.empty or many.empty:
-            continue
-        best, one = best_row(many), one.iloc[0]
-        if one["seeds"] < 2 or best["seeds"] < 2:
-            verdicts.append(f"{task}/{dataset}: inconclusive (one seed)")
-            continue
-        word = {"better": "supported", "worse": "not supported", "overlap": "inconclusive at these CIs"}[
-            judge(best["mean"], best["ci95"], one["mean"], one["ci95"], higher_is_better(group))]
-        verdicts.append(
-            f"{task}/{dataset}: {word} ({int(best['heads'])} heads {best['mean']:.4g} ± "
-            f"{best['ci95']:.2g} vs 1 head {one['mean']:.4g} ± {one['ci95']:.2g}, "
-            f"{int(min(best['seeds'], one['seeds']))} seeds)"
-        )
-    return "; ".join(verdicts) + "." if verdicts else "No data: the heads ablation has not been run."
+        if not one.empty and not many.empty:
+            pairs.append((f"{task}/{dataset}", best_row(many), one.iloc[0], higher_is_better(group)))
+    if not pairs:
+        return "No data: the heads ablation has not been run."
+    tests = holm([difference(many, one) for _, many, one, _ in pairs])
+    verdicts = [
+        f"{where}: {verdict(test, claimed_positive=higher)} ({int(many['heads'])} heads "
+        f"{many['mean']:.4g} ± {fmt(many['ci95'], 2)} vs 1 head {one['mean']:.4g} ± "
+        f"{fmt(one['ci95'], 2)}; {test.describe()})"
+        for (where, many, one, higher), test in zip(pairs, tests, strict=True)
+    ]
+    return "; ".join(verdicts) + "."
 
 
 def speed_verdict(agg: pd.DataFrame) -> str:
@@ -187,26 +173,22 @@ def speed_verdict(agg: pd.DataFrame) -> str:
 
 
 def long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
+    """Claim 3: at the longest recall length, attention against the best row of each baseline
+    family (Holm-corrected across families); without a length sweep, metric by input length."""
     lengths = length_table(agg)
     if not lengths.empty:
         longest = lengths["seq_len"].max()
         group = lengths[lengths["seq_len"] == longest]
         attn = group[group["model_family"] == ATTENTION]
-        verdicts = []
-        for family, rows in baselines(group).items() if not attn.empty else ():
-            a, best = attn.iloc[0], best_row(rows)
-            if min(a["seeds"], best["seeds"]) < 2:
-                word = "Inconclusive (one seed)"
-            else:
-                word = {"better": "Supported", "worse": "Not supported",
-                        "overlap": "Inconclusive at these CIs"}[judge(a["mean"], a["ci95"], best["mean"],
-                                                                      best["ci95"], higher_is_better(group))]
-            verdicts.append(
-                f"{word}: recalling a token {longest - 1} steps back, attention scores "
-                f"{a['mean']:.3g} ± {fmt(a['ci95'], 2)} vs the best {family} baseline "
-                f"({best['model']}) {best['mean']:.3g} ± {fmt(best['ci95'], 2)}, "
-                f"{int(min(a['seeds'], best['seeds']))} seeds."
-            )
+        pairs = [(family, attn.iloc[0], best_row(rows)) for family, rows in baselines(group).items()
+                 ] if not attn.empty else []
+        tests = holm([difference(a, best) for _, a, best in pairs])
+        verdicts = [
+            f"{verdict(test, higher_is_better(group)).capitalize()}: recalling a token {longest - 1} "
+            f"steps back, attention scores {a['mean']:.3g} ± {fmt(a['ci95'], 2)} vs the best {family} "
+            f"baseline ({best['model']}) {best['mean']:.3g} ± {fmt(best['ci95'], 2)}; {test.describe()}."
+            for (family, a, best), test in zip(pairs, tests, strict=True)
+        ]
         if verdicts:
             return " ".join(verdicts)
     return _by_length_verdict(length_buckets(records))

@@ -129,7 +129,7 @@ def table_command(args: list[str]) -> int:
     fmt = lambda v: f"{v:.4g}"
     print(frame[summary_columns(frame)].to_string(index=False, float_format=fmt))
     print()
-    print(aggregate(frame).to_string(index=False, float_format=fmt))
+    print(aggregate(frame).drop(columns="values").to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0
 

@@ -24,7 +24,8 @@ UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "seed", "de
 # Keys added after runs were first recorded, with the value that does what those runs did. At
 # that value a key stays out of the hash, so an earlier record of the same experiment still
 # resumes, and still counts as a seed of the same experiment in tables.
-LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False}
+LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False,
+                                          ("trainer", "batching"): "random"}
 # Model configs name their builder (``model._target_``) since model families became one file
 # each; before, the family key alone chose it. At the builder each family had then, the key
 # stays out of the hash like ``LATER_KEYS``, so earlier records resume and group with new ones.

@@ -342,8 +342,10 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
     s = Section("claims", TITLES["claims"])
     hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
     s.text(
-        f"Measured on: {hardware}. Verdicts compare 95% confidence intervals over seeds; "
-        f"a single seed gives no interval, so such comparisons are marked inconclusive."
+        f"Measured on: {hardware}. Each verdict rests on Welch's t-test of the difference of "
+        f"the means over seeds (its 95% interval and p beside it), Holm-corrected across the "
+        f"comparisons of one claim: supported or contradicted when significant at 5%, "
+        f"inconclusive otherwise, and always with a single seed."
     )
     s.text("1. Several heads see more than one. " + heads_verdict(agg))
     s.text("2. Attention is more parallel and faster than RNNs. " + speed_verdict(agg))

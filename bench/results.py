@@ -193,6 +193,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
                [confidence_interval(g["test_metric"]) for _, g in grouped])
+    # each seed's test metric, in seed order: what a test of a difference needs (bench.stats)
+    out["values"] = [tuple(g.sort_values("seed")["test_metric"]) for _, g in grouped]
     return out
 
 

@@ -225,7 +225,7 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
     for seed in range(2):
         for heads in (1, 4):  # labels that say nothing of heads: the config does
             write_record(tmp_path, f"h{heads}-{seed}", variant=f"mine{heads}", seed=seed,
-                         test_metric=0.5 + 0.1 * heads, config_hash=f"h{heads}",
+                         test_metric=0.5 + 0.1 * heads + 0.01 * seed, config_hash=f"h{heads}",
                          config={"model": {"num_heads": heads}, "variant": f"mine{heads}"})
     write_record(tmp_path, "label-only", variant="heads_2", test_metric=0.1)  # no config: no axis
     for model, family, speed in (("attention", "attention", 100.0), ("gru", "rnn", 50.0),
@@ -236,7 +236,8 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
     heads = markdown.split("## Heads ablation")[1].split("\n## ")[0]
     assert [r["heads"] for r in _markdown_rows(heads)] == ["1", "4"]
     claims = markdown.split("## The article's claims against the data")[1]
-    assert "1 head 0.6 ± " in claims and "2 seeds" in claims
+    assert "supported (4 heads 0.905 ± " in claims and "vs 1 head 0.605 ± " in claims
+    assert "difference +0.3 (95% CI" in claims and "seeds 2 vs 2" in claims
     speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
     assert speed.startswith("Mixed on this hardware")
     assert "0.25x the samples/s of the fastest conv1d baseline, conv1d" in speed
@@ -282,10 +283,11 @@ def test_a_lower_is_better_metric_is_judged_the_right_way_round(tmp_path):
     results = markdown.split("## Results per task")[1].split("\n## ")[0]
     assert "test wer, lower is better (mean ± 95% CI)" in results
     assert "attention trails the best rnn baseline, lstm: wer 0.051 ± " in results
-    assert "(lower is better; 3 seeds)" in results
+    assert "(lower is better); difference +0.02 (95% CI +0.0177 to +0.0223), Welch's t-test " \
+           "Holm-corrected p = " in results and "seeds 3 vs 3." in results
     one_seed = write_report(wer_results(tmp_path / "one", seeds=1))[0].read_text()
     assert "attention against the best rnn baseline, lstm: wer 0.05 ± - vs 0.03 ± - (lower is better; " \
-           "one seed, so no interval and no verdict)." in one_seed
+           "one seed, so no test and no verdict)." in one_seed
     claims = markdown.split("## The article's claims against the data")[1]
     assert ("asr/fsdd_strings: supported on the longest bucket (7+ words): attention wer 0.04 vs the best "
             "rnn baseline, lstm, 0.06 (lower is better") in claims
