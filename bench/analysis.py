@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from bench.results import label, metric_by_length
@@ -231,3 +232,86 @@ def _by_length_verdict(buckets: pd.DataFrame) -> str:
     if not verdicts:
         return "No data: needs runs of attention and a baseline that record their metric by input length."
     return "; ".join(verdicts) + "."
+
+
+# ---------------------------------------------------------------- time to quality
+def learning_curves(records: list[dict]) -> pd.DataFrame:
+    """Every validation of every record: one row per (run, epoch), with the samples seen and
+    wall time since training began (records from before these were recorded have none)."""
+    rows = []
+    for r in records:
+        for h in r.get("history") or []:
+            if "wall_s" not in h:
+                continue
+            rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
+                         "model_family": r.get("model_family"), "seed": r["seed"],
+                         "metric_name": r.get("metric_name"),
+                         "higher_is_better": r.get("higher_is_better", True), "epoch": h["epoch"],
+                         "train_samples": h["train_samples"], "wall_s": h["wall_s"],
+                         "val_metric": h["val_metric"]})
+    return pd.DataFrame(rows)
+
+
+def quality_targets(curves: pd.DataFrame, share: float = 0.95) -> dict[str, float]:
+    """For one task and dataset: the targets time to quality is measured against, by name.
+    ``best baseline's final``: the best baseline model's best validation score (mean over
+    its seeds); ``95% of the best``: ``share`` of the best model's (for a lower-is-better
+    metric, the best divided by ``share``)."""
+    higher = higher_is_better(curves)
+    final = curves.groupby(["model", "model_family", "seed"])["val_metric"]
+    final = (final.max() if higher else final.min()).groupby(["model", "model_family"]).mean()
+    targets = {}
+    baseline = final.drop(ATTENTION, level="model_family", errors="ignore")
+    if len(baseline):
+        targets["best baseline's final"] = float(baseline.max() if higher else baseline.min())
+    best = float(final.max() if higher else final.min())
+    targets[f"{share:.0%} of the best"] = best * share if higher else best / share
+    return targets
+
+
+def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per task, dataset, target and model: the wall time and training samples each seed
+    needed to first reach the target on validation, mean over seeds; ``reached`` counts the
+    seeds that did (the means are over those; none: not reached)."""
+    rows = []
+    for (task, dataset), group in curves.groupby(["task", "dataset"]) if not curves.empty else ():
+        higher = higher_is_better(group)
+        for target_name, target in quality_targets(group).items():
+            for model, runs in group.groupby("model"):
+                hits = []
+                for _, run in runs.groupby("seed"):
+                    run = run.sort_values("epoch")
+                    reached = run[run["val_metric"] >= target] if higher else run[run["val_metric"] <= target]
+                    if len(reached):
+                        hits.append(reached.iloc[0])
+                rows.append({"task": task, "dataset": dataset, "target": target_name, "target_value": target,
+                             "model": model, "model_family": runs["model_family"].iloc[0],
+                             "seeds": runs["seed"].nunique(), "reached": len(hits),
+                             "wall_s": float(np.mean([h["wall_s"] for h in hits])) if hits else math.nan,
+                             "train_samples": float(np.mean([h["train_samples"] for h in hits]))
+                             if hits else math.nan})
+    return pd.DataFrame(rows)
+
+
+def time_to_quality_verdict(ttq: pd.DataFrame) -> str:
+    """Claim 2 on time to quality: attention against the quickest model of each baseline
+    family to the best baseline's final validation score (where both reached it)."""
+    if ttq.empty:
+        return "no time to quality yet (needs records with per-validation wall times)"
+    parts = []
+    for (task, dataset), group in ttq[ttq["target"] == "best baseline's final"].groupby(["task", "dataset"]):
+        attention = group[group["model_family"] == ATTENTION]
+        for family, rows in group[group["model_family"] != ATTENTION].groupby("model_family"):
+            quickest = rows.loc[rows["wall_s"].fillna(math.inf).idxmin()]
+            for _, a in attention.iterrows():
+                if not a["reached"]:
+                    parts.append(f"{task}/{dataset}: {a['model']} never reached the best baseline's "
+                                 f"final validation score ({a['target_value']:.4g})")
+                elif quickest["reached"]:
+                    parts.append(f"{task}/{dataset}: {a['model']} reached the best baseline's final "
+                                 f"validation score ({a['target_value']:.4g}) in {a['wall_s'] / 60:.3g} min, "
+                                 f"{quickest['wall_s'] / a['wall_s']:.2f}x as fast as the quickest {family} "
+                                 f"baseline, {quickest['model']} ({quickest['wall_s'] / 60:.3g} min)")
+    if not parts:
+        return "no time to quality yet (needs records with per-validation wall times)"
+    return "; ".join(parts) + " (means over the seeds that reached it; wall time includes validation)"

@@ -25,11 +25,14 @@ from bench.analysis import (  # noqa: E402
     heads_table,
     heads_verdict,
     higher_is_better,
+    learning_curves,
     length_buckets,
     length_table,
     long_range_verdict,
     model_verdicts,
     speed_verdict,
+    time_to_quality,
+    time_to_quality_verdict,
 )
 from bench.attention_examples import load_example  # noqa: E402
 from bench.io import atomic_write, atomic_write_text  # noqa: E402
@@ -40,6 +43,7 @@ TITLES = dict(
         ("results", "Results per task"),
         ("tradeoff", "Accuracy against throughput"),
         ("scaling", "Throughput and memory against sequence length"),
+        ("quality", "Learning curves and time to quality"),
         ("length", "Metric by input length"),
         ("heads", "Heads ablation"),
         ("attention", "Attention maps"),
@@ -237,6 +241,51 @@ def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
     return fig
 
 
+def _curve_panel(ax, group: pd.DataFrame, x: str, scale: float, xlabel: str) -> None:
+    """Validation metric against ``x``, per model: the mean over seeds and their min-max band."""
+    for model, runs in group.groupby("model"):
+        by_epoch = runs.groupby("epoch")
+        mean_x, metric = by_epoch[x].mean() / scale, by_epoch["val_metric"]
+        ax.plot(mean_x, metric.mean(), marker="o", markersize=3, label=model)
+        if runs["seed"].nunique() > 1:
+            ax.fill_between(mean_x, metric.min(), metric.max(), alpha=0.2)
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize=7)
+
+
+def quality_section(records: list[dict]) -> Section:
+    s = Section("quality", TITLES["quality"])
+    curves = learning_curves(records)
+    if curves.empty:
+        s.text("No learning curves yet: runs record the wall time of each validation since this "
+               "version; run `mhab run -m suite=quick`.")
+        return s
+    s.text("Validation metric against epoch and against wall time (training and validation), "
+           "mean over seeds with their min-max band. Time to quality: the wall time and training "
+           "samples each model needed to first reach a target on validation, mean over the seeds "
+           "that reached it.")
+    ttq = time_to_quality(curves)
+    for (task, dataset), group in curves.groupby(["task", "dataset"]):
+        metric = group["metric_name"].iloc[0]
+        fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+        _curve_panel(by_epoch, group, "epoch", 1, "epoch")
+        _curve_panel(by_time, group, "wall_s", 60, "wall time (min)")
+        by_epoch.set_ylabel(f"validation {metric} ({direction(higher_is_better(group))})")
+        fig.suptitle(f"{task} / {dataset}")
+        s.figure(f"{task} / {dataset}: validation {metric} against epoch and wall time.", fig)
+        rows = ttq[(ttq["task"] == task) & (ttq["dataset"] == dataset)]
+        s.table(pd.DataFrame({
+            "target": [f"{t} ({v:.4g})" for t, v in zip(rows["target"], rows["target_value"], strict=True)],
+            "model": rows["model"],
+            "seeds reaching it": [f"{r} of {n}" for r, n in zip(rows["reached"], rows["seeds"], strict=True)],
+            "wall time (min)": (rows["wall_s"] / 60).map(
+                lambda v: "not reached" if math.isnan(v) else fmt(v, 3)),
+            "training samples": rows["train_samples"].map(
+                lambda v: "not reached" if math.isnan(v) else f"{v:,.0f}"),
+        }))
+    return s
+
+
 def length_section(records: list[dict]) -> Section:
     s = Section("length", TITLES["length"])
     buckets = length_buckets(records)
@@ -348,7 +397,8 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
         f"inconclusive otherwise, and always with a single seed."
     )
     s.text("1. Several heads see more than one. " + heads_verdict(agg))
-    s.text("2. Attention is more parallel and faster than RNNs. " + speed_verdict(agg))
+    s.text("2. Attention is more parallel and faster than RNNs. " + speed_verdict(agg)
+           + " Time to quality: " + time_to_quality_verdict(time_to_quality(learning_curves(records))) + ".")
     s.text("3. Attention handles long-range dependencies. " + long_range_verdict(agg, records))
     return s
 
@@ -366,6 +416,7 @@ def build(results_dir: str | Path) -> list[Section]:
         results_section(frame, agg),
         tradeoff_section(agg),
         scaling_section(results_dir, agg),
+        quality_section(records),
         length_section(records),
         heads_section(agg),
         attention_section(records),

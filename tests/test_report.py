@@ -305,3 +305,52 @@ def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
     assert shorten("word " * 100, 20) == "word word word word …" and shorten("short") == "short"
     page = html_path.read_text()
     assert MALICIOUS not in page and "<td>one | &lt;script&gt;alert('x')&lt;/script&gt;</td>" in page
+
+
+def _history(scores: list[float], seconds_per_epoch: float, samples_per_epoch: int = 1000) -> list[dict]:
+    return [{"epoch": e, "train_samples": e * samples_per_epoch, "wall_s": e * seconds_per_epoch,
+             "val_metric": v} for e, v in enumerate(scores, start=1)]
+
+
+def test_time_to_quality_and_learning_curves(tmp_path):
+    # attention climbs fast per epoch but each epoch is slow; the GRU is quick but plateaus lower
+    runs = {"attention": ([0.5, 0.85, 0.9], 60.0), "gru": ([0.6, 0.7, 0.8], 20.0),
+            "lstm": ([0.4, 0.5, 0.6], 10.0)}
+    for model, (scores, seconds) in runs.items():
+        for seed in range(2):
+            write_record(tmp_path, f"{model}-{seed}", model=model, seed=seed, test_metric=scores[-1],
+                         history=_history([v + 0.001 * seed for v in scores], seconds))
+    write_record(tmp_path, "old", model="conv", model_family="conv",  # recorded before wall times
+                 history=[{"epoch": 1, "val_metric": 0.3}])
+    sections = write_report(tmp_path)
+    markdown = sections[0].read_text()
+    quality = markdown.split("## " + TITLES["quality"])[1].split("\n## ")[0]
+    assert "image / digits: validation accuracy against epoch and wall time." in quality
+    rows = {(r["target"].split(" (")[0], r["model"]): r for r in _markdown_rows(quality)}
+    # the best baseline's final score is the GRU's mean best, 0.8005
+    assert rows[("best baseline's final", "attention")]["wall time (min)"] == "2"  # epoch 2, 120 s
+    assert rows[("best baseline's final", "attention")]["training samples"] == "2,000"
+    assert rows[("best baseline's final", "gru")]["seeds reaching it"] == "1 of 2"  # seed 0 has 0.8
+    assert rows[("best baseline's final", "lstm")]["wall time (min)"] == "not reached"
+    assert rows[("95% of the best", "attention")]["wall time (min)"] == "3"  # 0.95 * 0.9005 > 0.8
+    claims = markdown.split("## The article's claims against the data")[1]
+    assert ("Time to quality: image/digits: attention reached the best baseline's final validation "
+            "score (0.8005) in 2 min, 0.50x as fast as the quickest rnn baseline, gru (1 min)") in claims
+
+
+def test_lower_is_better_time_to_quality_counts_reaching_down():
+    from bench.analysis import quality_targets, time_to_quality
+
+    curves = pd.DataFrame([{"task": "asr", "dataset": "d", "model": m, "model_family": f, "seed": 0,
+                            "higher_is_better": False, "epoch": e, "train_samples": e, "wall_s": 10.0 * e,
+                            "val_metric": v}
+                           for m, f, scores in (("attention", "attention", [0.5, 0.1, 0.05]),
+                                                ("lstm", "rnn", [0.4, 0.2, 0.2]))
+                           for e, v in enumerate(scores, start=1)])
+    targets = quality_targets(curves)
+    assert targets["best baseline's final"] == 0.2
+    assert targets["95% of the best"] == pytest.approx(0.05 / 0.95)
+    ttq = time_to_quality(curves).set_index(["target", "model"])
+    assert ttq.loc[("best baseline's final", "attention"), "wall_s"] == 20.0
+    assert ttq.loc[("best baseline's final", "lstm"), "wall_s"] == 20.0
+    assert ttq.loc[("95% of the best", "lstm"), "reached"] == 0
