@@ -1,5 +1,5 @@
 # Set-up on a fresh machine is `make demo` or `make test`: each creates .venv when missing and
-# installs the project (editable, with the dev extras) before doing its job.
+# installs the project (editable, with the dev and mlflow extras) before doing its job.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,mlflow]'
 	touch $(STAMP)
 
 install: $(STAMP)

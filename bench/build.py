@@ -9,12 +9,13 @@ model takes come from the builder's signature.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ class RunSettings:
     data_dir: str | None
     cache_dir: str
     progress: Any  # auto | true | false: checked below with its own message
+    logger: Literal["tensorboard", "mlflow", "csv", "none"]  # bench.loggers.LOGGERS
     variant: str | int | None
     force: bool
     task: Any
@@ -132,6 +134,9 @@ def validate(cfg: DictConfig) -> None:
     check_dtype(cfg.trainer.dtype, "trainer.dtype")
     check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
     check_progress(cfg.get("progress", "auto"))
+    if cfg.logger == "mlflow" and importlib.util.find_spec("mlflow") is None:
+        raise BenchError("logger=mlflow needs MLflow, an optional extra: pip install 'mha-bench[mlflow]' "
+                         "(or choose logger=tensorboard, csv or none)")
     m = cfg.model
     if "num_heads" in m and "dim" in m and m.dim % m.num_heads:
         fits = max(h for h in range(1, m.num_heads + 1) if m.dim % h == 0)

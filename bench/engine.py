@@ -28,6 +28,7 @@ from bench.acceleration import autocast, compile_model
 from bench.attention_examples import save_example
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
+from bench.loggers import RunLogger
 from bench.task import Batch, Splits, Task
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 
@@ -57,6 +58,7 @@ class TrainerSettings:
 
 
 CHECKPOINT = "best.pt"
+LOG_EVERY_STEPS = 10  # how often a run logger gets the training loss, learning rate and samples/s
 ATTENTION_EXAMPLE = "attention.pt"
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,7 @@ def _log_progress(epoch: int, epochs: int, done: int, total: int, mean_loss: flo
 def fit(
     task: Task, model: nn.Module, splits: Splits, cfg: DictConfig, device: torch.device,
     run_dir: Path, seed: int, progress: bool = True, log_every_s: float | None = None,
+    logger: RunLogger | None = None,
 ) -> dict[str, Any]:
     """Train, select the best-validation checkpoint, evaluate it on test; return measurements.
 
@@ -200,6 +203,9 @@ def fit(
                 timed_seconds += elapsed
             loss_sum, loss_count = loss_sum + loss_value, loss_count + 1
             samples_seen += batch[-1].shape[0]
+            if logger is not None and (step % LOG_EVERY_STEPS == 0 or step == 1):
+                speed = {"samples_per_s": timed_samples / timed_seconds} if timed_seconds else {}
+                logger.step(step, {"loss": loss_value, "lr": scheduler.get_last_lr()[0], **speed})
             if progress:  # formatting the postfix costs a little on every step
                 bar.update()
                 bar.set_postfix(
@@ -222,6 +228,9 @@ def fit(
                         "wall_s": time.perf_counter() - train_start, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
+        if logger is not None:
+            logger.epoch(step, {task.metric_name: val["metric"], "loss": val["loss"],
+                                "train_loss": loss_sum / loss_count})
         log.info(
             "epoch %d/%d: train_loss %.4f  val_%s %.4f  val_loss %.4f",
             epoch, epochs, loss_sum / loss_count, task.metric_name, val["metric"], val["loss"],

@@ -6,6 +6,7 @@ import logging
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -15,6 +16,7 @@ from bench.build import build, validate
 from bench.environment import environment
 from bench.errors import BenchError, RunFailed, Terminated
 from bench.lock import run_lock
+from bench.loggers import build_logger
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -110,24 +112,29 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
 
     started = time.time()
     base["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
+    run_logger = build_logger(cfg.logger, run_dir, Path(cfg.results_dir), base)
     try:
         bar = show_progress(cfg.progress)
         results = engine.fit(
             task, model, splits, cfg.trainer, device, run_dir, cfg.seed, bar,
             log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
+            logger=run_logger,
         )
     except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM: say so in this run's record (a rerun retries it) and stop the sweep.
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
         record.write_record(run_dir, {**base, "status": "interrupted", "error": how,
                                       "wall_time_s": time.time() - started})
+        run_logger.abort("interrupted")
         raise
     except Exception as e:
         reason = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
         rec = {**base, "status": "failed", "error": reason,
                "traceback": traceback.format_exc(), "wall_time_s": time.time() - started}
         record.write_record(run_dir, rec)
+        run_logger.abort("failed")
         raise RunFailed(f"run {run_dir.name} failed: {reason}") from e
     rec = {**base, "status": "ok", **results, "wall_time_s": time.time() - started}
     record.write_record(run_dir, rec)
+    run_logger.finish(rec)
     return rec

@@ -20,7 +20,7 @@ RECORD = "record.json"
 SCHEMA_VERSION = 1
 # Keys that say where things are or how they are shown, not what is computed: they stay out
 # of the config hash, so the same experiment has the same hash on every machine and seed.
-UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "seed", "device", "force")
+UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "seed", "device", "force")
 # Keys added after runs were first recorded, with the value that does what those runs did. At
 # that value a key stays out of the hash, so an earlier record of the same experiment still
 # resumes, and still counts as a seed of the same experiment in tables.

@@ -269,6 +269,7 @@ CATALOGUE: dict[str, Case] = {
     "min-lr-ratio-above-one": Case([*DIGITS, "trainer.min_lr_ratio=2"],
                                    "trainer.min_lr_ratio must be >= 0 and <= 1, got 2"),
     "num-workers-negative": Case([*DIGITS, "trainer.num_workers=-1"], "trainer.num_workers must be >= 0"),
+    "unknown-logger": Case([*DIGITS, "logger=wandb"], "logger must be one of tensorboard, mlflow, csv, none"),
     "unknown-batching": Case([*DIGITS, "trainer.batching=sorted"],
                              "trainer.batching must be one of random, bucketed"),
     "bucketed-fixed-length-data": Case([*DIGITS, "trainer.batching=bucketed"],
