@@ -148,9 +148,10 @@ def speed_verdict(agg: pd.DataFrame) -> str:
 
     default = agg[agg["variant"] == "default"] if not agg.empty else agg
     for (task, dataset), group in default.groupby(["task", "dataset"]):
-        for family, rows in baselines(group).items():
+        timed = group.dropna(subset=["train_samples_per_s"])  # a run too short to time has none
+        for family, rows in baselines(timed).items():
             fastest = rows.loc[rows["train_samples_per_s"].idxmax()]
-            for _, row in group[group["model_family"] == ATTENTION].iterrows():
+            for _, row in timed[timed["model_family"] == ATTENTION].iterrows():
                 ratio = row["train_samples_per_s"] / fastest["train_samples_per_s"]
                 ratios.append(ratio)
                 parts.append(f"{task}/{dataset}: {name(row)} trains at {ratio:.2f}x the samples/s "

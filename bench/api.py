@@ -1,0 +1,82 @@
+"""Experiments from Python (a notebook, a teaching session) without shelling out to ``mhab``.
+
+The same code paths as the command line: configs composed with Hydra's compose API from the
+same ``conf/``, the same checks before anything runs, the same records, tables and reports.
+A mistake raises ``BenchError`` with the message ``mhab`` would print; a run that fails after
+it started raises ``RunFailed`` (its record says why).
+
+    from bench import api
+    rec = api.run(["task=image", "task.dataset=digits", "model=gru", "trainer.epochs=3"])
+    records = api.multirun(["suite=quick", "task=translation"])
+    frame = api.table("results/quick")
+    path = api.report("results/quick")
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.config import compose_config, parse_overrides, suite_sweeps
+from bench.errors import BenchError
+
+__all__ = ["run", "multirun", "table", "report", "BenchError"]
+
+
+def run(overrides: list[str] | None = None) -> dict[str, Any]:
+    """One run (``mhab run OVERRIDES``); its record. An experiment and seed already recorded
+    ok is not rerun (``force=true`` reruns it): its record comes back with ``skipped``."""
+    from bench.cli import check_results_dir
+    from bench.experiment import run_experiment
+
+    cfg = compose_config("config", list(overrides or []), "run")
+    check_results_dir(cfg.results_dir)
+    return run_experiment(cfg)
+
+
+def sweep(overrides: list[str] | None = None) -> list[list[str]]:
+    """The runs ``mhab run -m OVERRIDES`` starts, each as its override list: every
+    combination of the command line's sweeps (``model=attention,gru``) and the suite's own
+    (``hydra.sweeper.params``), as Hydra's basic sweeper forms them."""
+    given = list(overrides or [])
+    everything = [*suite_sweeps(given), *given]
+    options = [
+        [f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()]
+        if o.is_sweep_override() else [text]
+        for o, text in zip(parse_overrides(everything), everything, strict=True)
+    ]
+    return [list(point) for point in itertools.product(*options)]
+
+
+def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
+    """A sweep (``mhab run -m OVERRIDES``), one run after another in this process; the records
+    in sweep order. Every run's config is checked before the first starts."""
+    from bench.build import validate
+
+    points = sweep(overrides)
+    for point in points:
+        validate(compose_config("config", point, "run"))
+    return [run(point) for point in points]
+
+
+def table(results_dir: str | Path = "results") -> pd.DataFrame:
+    """Every run record under ``results_dir`` as one row (``mhab table``; not saved). The mean,
+    CI and per-seed values of each experiment: ``bench.results.aggregate(table(...))``."""
+    from bench.results import load
+
+    frame = load(results_dir)
+    if frame.empty:
+        raise BenchError(f"no run records under {results_dir}/runs; run 'mhab run' first")
+    return frame
+
+
+def report(results_dir: str | Path = "results") -> Path:
+    """Write ``report.md`` and ``report.html`` for ``results_dir`` (``mhab report``); the
+    Markdown's path."""
+    from bench.report import write_report
+
+    table(results_dir)  # the same error as mhab report for a folder without records
+    return write_report(results_dir)[0]
