@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +17,8 @@ import torch
 import torchaudio
 from torch import Tensor
 
-from bench.cache import discard, is_intact, store
 from bench.data import data_root, verify_files
 from bench.errors import BenchError
-from bench.io import load_state_dict
 
 FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")  # digit_speaker_recording.wav
 
@@ -110,20 +107,6 @@ class LogMel:
 
     def frames(self, samples: int) -> int:
         return 1 + samples // self.hop_length
-
-
-def cached(path: Path, compute: Callable[[], dict]) -> tuple[dict, bool]:
-    """The tensors cached at ``path`` while they keep the digest they were cached with, else
-    computed (and cached when the cache can be written). Returns ``(tensors, was_cached)``."""
-    if is_intact(path):
-        try:
-            return load_state_dict(path), True
-        except Exception:  # noqa: BLE001 - an unreadable cache entry is recomputed
-            pass
-    discard(path)
-    value = compute()
-    store(path, lambda f: torch.save(value, f))
-    return value, False
 
 
 def pad_or_crop(signal: Tensor, length: int) -> tuple[Tensor, int]:

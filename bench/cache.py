@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import torch
+
 from bench.data import sha256
 from bench.errors import NotWritable
-from bench.io import atomic_write, atomic_write_text
+from bench.io import atomic_write, atomic_write_text, load_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +56,17 @@ def store(path: Path, write: Callable[[IO[bytes]], None]) -> bool:
         log.warning("not cached: %s; it is recomputed on every run", e)
         return False
     return True
+
+
+def cached(path: Path, compute: Callable[[], dict]) -> tuple[dict, bool]:
+    """The tensors cached at ``path`` while they keep the digest they were cached with, else
+    computed (and cached when the cache can be written). Returns ``(tensors, was_cached)``."""
+    if is_intact(path):
+        try:
+            return load_state_dict(path), True
+        except Exception:  # noqa: BLE001 - an unreadable cache entry is recomputed
+            pass
+    discard(path)
+    value = compute()
+    store(path, lambda f: torch.save(value, f))
+    return value, False

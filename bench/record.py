@@ -26,6 +26,8 @@ UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "
 # resumes, and still counts as a seed of the same experiment in tables.
 LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False,
                                           ("trainer", "batching"): "random"}
+# The same for keys a task's config gained later, per task (``task.name``).
+LATER_TASK_KEYS: dict[str, dict[str, Any]] = {"image": {"root": None, "image_size": 32, "channels": 3}}
 # Model configs name their builder (``model._target_``) since model families became one file
 # each; before, the family key alone chose it. At the builder each family had then, the key
 # stays out of the hash like ``LATER_KEYS``, so earlier records resume and group with new ones.
@@ -40,7 +42,10 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
     """``config`` with each of ``LATER_KEYS`` at its default value: set (``present``) where
     missing, or removed."""
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    for (group, key), default in LATER_KEYS.items():
+    task = config.get("task")
+    task_keys = LATER_TASK_KEYS.get(task.get("name"), {}) if isinstance(task, dict) else {}
+    later = {**LATER_KEYS, **{("task", key): default for key, default in task_keys.items()}}
+    for (group, key), default in later.items():
         section = config.setdefault(group, {}) if present else config.get(group)
         if not isinstance(section, dict):
             continue

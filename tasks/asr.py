@@ -31,8 +31,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from bench.attention_examples import TimeAttentionExample
-from bench.audio import LogMel, cached, fsdd_fingerprint, read_fsdd
+from bench.audio import LogMel, fsdd_fingerprint, read_fsdd
 from bench.audiofolder import audiofolder_fingerprint, read_audiofolder
+from bench.cache import cached
 from bench.ctc import BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
 from bench.data import cache_path
 from bench.errors import BenchError

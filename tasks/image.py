@@ -1,4 +1,5 @@
-"""Image classification: Fashion-MNIST (data root) or scikit-learn's 8x8 digits (offline).
+"""Image classification: Fashion-MNIST (data root), scikit-learn's 8x8 digits (offline) or
+your own images (``imagefolder``).
 
 The models get an ``ImageGrid``: the image and the patching a patch reader uses.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,7 @@ from torch.utils.data import TensorDataset
 from bench.cache import discard, is_intact, record_digest
 from bench.data import cache_path, data_root, require_files, verify_files
 from bench.errors import BenchError
+from bench.imagefolder import read_imagefolder
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import ImageGrid
 from models.patch import PATCH_EMBEDDINGS
@@ -36,6 +38,9 @@ DATASET_DEFAULTS = {
                       "mixup_alpha": 0.2},
     "digits": {"patch_size": 2, "patch_embed": "linear", "max_shift": 1, "hflip": False,
                "mixup_alpha": 0.0},
+    # your images: no augmentation that assumes what they show (a flip can change a class)
+    "imagefolder": {"patch_size": 4, "patch_embed": "linear", "max_shift": 0, "hflip": False,
+                    "mixup_alpha": 0.0},
 }
 FASHION_MNIST_CLASSES = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -69,9 +74,11 @@ class ImageTask(ClassificationTask):
         patch_embed: str | None = None, val_size: Annotated[int, NON_NEGATIVE] = 5000,
         split_seed: Annotated[int, NON_NEGATIVE] = 0, max_shift: Annotated[int, NON_NEGATIVE] | None = None,
         hflip: bool | None = None, label_smoothing: Annotated[float, FRACTION] = 0.0,
-        mixup_alpha: Annotated[float, NON_NEGATIVE] | None = None,
+        mixup_alpha: Annotated[float, NON_NEGATIVE] | None = None, root: str | None = None,
+        image_size: Annotated[int, AT_LEAST_1] = 32, channels: Literal[1, 3] = 3,
     ) -> None:
-        loaders = {"fashion_mnist": self._fashion_mnist, "digits": self._digits}
+        loaders = {"fashion_mnist": self._fashion_mnist, "digits": self._digits,
+                   "imagefolder": self._imagefolder}
         if dataset not in loaders:
             raise BenchError(
                 f"unknown image dataset '{dataset}'; choose one of {', '.join(loaders)}"
@@ -91,9 +98,11 @@ class ImageTask(ClassificationTask):
             )
         self.max_shift, self.hflip = pick(max_shift, "max_shift"), pick(hflip, "hflip")
         self.val_size, self.split_seed = val_size, split_seed
+        self.root, self.image_size, self.channels = root, image_size, channels
+        self.from_cache: bool | None = None
 
     # ------------------------------------------------------------------ data
-    def _fashion_mnist(self) -> tuple[Tensor, Tensor, Tensor, Tensor, list[str]]:
+    def _fashion_mnist(self) -> tuple[dict[str, tuple[Tensor, Tensor]], list[str]]:
         from torchvision.datasets import FashionMNIST
 
         root = data_root(self.data_dir, self.dataset, "fashion-mnist")
@@ -126,9 +135,10 @@ class ImageTask(ClassificationTask):
             raise BenchError(f"cannot unpack Fashion-MNIST into the cache {raw} ({e.strerror or e}); "
                              f"pass a writable cache_dir=PATH or remove what is in the way") from None
         to_float = lambda d: d.data.unsqueeze(1).float() / 255.0  # (N, 1, 28, 28)
-        return to_float(train), train.targets, to_float(test), test.targets, FASHION_MNIST_CLASSES
+        return ({"train": (to_float(train), train.targets), "test": (to_float(test), test.targets)},
+                FASHION_MNIST_CLASSES)
 
-    def _digits(self) -> tuple[Tensor, Tensor, Tensor, Tensor, list[str]]:
+    def _digits(self) -> tuple[dict[str, tuple[Tensor, Tensor]], list[str]]:
         from sklearn.datasets import load_digits
 
         digits = load_digits()
@@ -137,29 +147,45 @@ class ImageTask(ClassificationTask):
         order = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.split_seed))
         n_test = len(y) // 5
         test, train = order[:n_test], order[n_test:]
-        return x[train], y[train], x[test], y[test], [str(d) for d in range(10)]
+        return {"train": (x[train], y[train]), "test": (x[test], y[test])}, [str(d) for d in range(10)]
+
+    def _imagefolder(self) -> tuple[dict[str, tuple[Tensor, Tensor]], list[str]]:
+        splits, classes, self.from_cache = read_imagefolder(
+            self.root, self.channels, (self.image_size, self.image_size), self.cache_dir)
+        return {split: (x.float() / 255.0, y) for split, (x, y) in splits.items()}, classes
 
     def load(self, seed: int) -> Splits:
-        x_train, y_train, x_test, y_test, classes = self._read()
-        # A fixed validation split carved from train: the same images for every run and seed.
-        n_val = min(self.val_size, len(y_train) // 5)
-        order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(self.split_seed))
-        val_idx, train_idx = order[:n_val], order[n_val:]
-        mean, std = x_train[train_idx].mean().item(), x_train[train_idx].std().item()
+        splits, classes = self._read()
+        x_train, y_train = splits["train"]
+        x_test, y_test = splits["test"]
+        if "val" in splits:  # the dataset's own validation split
+            x_val, y_val = splits["val"]
+            validation = "the dataset's own val/ split"
+        else:  # a fixed split carved from train: the same images for every run and seed
+            n_val = min(self.val_size, len(y_train) // 5)
+            order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(self.split_seed))
+            val_idx, train_idx = order[:n_val], order[n_val:]
+            x_val, y_val = x_train[val_idx], y_train[val_idx]
+            x_train, y_train = x_train[train_idx], y_train[train_idx]
+            validation = f"{n_val} images of train, fixed by split_seed={self.split_seed}"
+        mean, std = x_train.mean().item(), x_train.std().item()
         norm = lambda x: (x - mean) / std
         info = {
             "input_shape": list(x_train.shape[1:]),
             "num_classes": len(classes),
             "classes": classes,
-            "sizes": {"train": len(train_idx), "val": n_val, "test": len(y_test)},
+            "sizes": {"train": len(y_train), "val": len(y_val), "test": len(y_test)},
             "normalisation": {"mean": mean, "std": std, "from": "train split"},
-            "validation_split": f"{n_val} images of train, fixed by split_seed={self.split_seed}",
+            "validation_split": validation,
             "augmentation": {"max_shift": self.max_shift, "hflip": self.hflip,
                              "mixup_alpha": self.mixup_alpha},
         }
+        if self.dataset == "imagefolder":
+            info["imagefolder"] = {"root": str(self.root), "image_size": self.image_size,
+                                   "channels": self.channels, "cached": self.from_cache}
         return Splits(
-            TensorDataset(norm(x_train[train_idx]), y_train[train_idx]),
-            TensorDataset(norm(x_train[val_idx]), y_train[val_idx]),
+            TensorDataset(norm(x_train), y_train),
+            TensorDataset(norm(x_val), y_val),
             TensorDataset(norm(x_test), y_test),
             info,
         )

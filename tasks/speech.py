@@ -24,7 +24,6 @@ from torch.utils.data import TensorDataset
 
 from bench.audio import (
     LogMel,
-    cached,
     frame_stats,
     fsdd_fingerprint,
     normalise,
@@ -32,6 +31,7 @@ from bench.audio import (
     read_fsdd,
     shift_in_time,
 )
+from bench.cache import cached
 from bench.data import cache_path
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
