@@ -21,9 +21,17 @@ ATTENTION = "attention"
 
 
 def fmt(value: float, digits: int = 4) -> str:
+    """A number for reading: ``digits`` significant digits, thousands separated, never in
+    scientific notation (11,010 rather than 1.101e+04; 0.0001234 as it is)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:.{digits}g}"
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    text = f"{value:.{digits}g}"
+    if "e" not in text:
+        return text
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))  # a tiny value, written out
+    return f"{float(text):.{decimals}f}"
 
 
 def higher_is_better(rows: pd.DataFrame) -> bool:

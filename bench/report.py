@@ -388,6 +388,8 @@ def escape_cell(value: object) -> str:
 
 # ---------------------------------------------------------------- claims
 def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], results_dir: Path) -> Section:
+    """The report's front page: the answer first, a line per claim with its verdict and the
+    numbers it rests on; the per-task results follow."""
     s = Section("claims", TITLES["claims"])
     hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
     s.text(
@@ -396,9 +398,10 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], 
         f"comparisons of one claim: supported or contradicted when significant at 5%, "
         f"inconclusive otherwise, and always with a single seed."
     )
+    ttq = time_to_quality_verdict(time_to_quality(learning_curves(records)))
     s.text("1. Several heads see more than one. " + heads_verdict(agg))
-    s.text("2. Attention is more parallel and faster than RNNs. " + speed_verdict(agg)
-           + " Time to quality: " + time_to_quality_verdict(time_to_quality(learning_curves(records))) + ".")
+    s.text(f"2. Attention is more parallel and faster than RNNs. {speed_verdict(agg)} "
+           f"Time to quality: {ttq}.")
     s.text("3. Attention handles long-range dependencies. " + long_range_verdict(agg, records))
     return s
 
@@ -413,6 +416,7 @@ def build(results_dir: str | Path) -> list[Section]:
     records = [{**rec, "label": labels[rec["run_id"]]} for rec in all_records if rec.get("run_id") in labels]
     agg = aggregate(frame)
     return [
+        claims_section(frame, agg, records, results_dir),
         results_section(frame, agg),
         tradeoff_section(agg),
         scaling_section(results_dir, agg),
@@ -421,7 +425,6 @@ def build(results_dir: str | Path) -> list[Section]:
         heads_section(agg),
         attention_section(records),
         samples_section(records),
-        claims_section(frame, agg, records, results_dir),
     ]
 
 

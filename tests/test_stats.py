@@ -50,3 +50,11 @@ def test_verdict_follows_the_claimed_direction_and_the_corrected_p():
     assert corrected.p_holm == pytest.approx(0.04) and verdict(corrected, True) == "supported"
     three = holm([Difference(0.2, 0.1, 0.3, p, 3, 3) for p in (0.03, 0.02, 0.02)])
     assert verdict(three[0], True) == "inconclusive"  # p = 0.03 alone, 0.06 among three
+
+
+def test_report_numbers_are_never_in_scientific_notation():
+    from bench.analysis import fmt
+
+    assert fmt(11010.5) == "11,010" and fmt(123456789.0) == "123,456,789"
+    assert fmt(1234.5) == "1234" and fmt(3.14159) == "3.142" and fmt(0.0001234) == "0.0001234"
+    assert "e" not in fmt(1e-7) and fmt(float("nan")) == "-"
