@@ -270,3 +270,17 @@ def test_a_run_without_a_terminal_logs_progress_unless_told_not_to(progress, log
     lines = [r.getMessage() for r in caplog.records if "epoch ends in" in r.getMessage()]
     assert [line.split(",")[0] for line in lines] == (["epoch 1/1: step 1/2", "epoch 1/1: step 2/2"]
                                                       if logged else [])
+
+
+def test_runs_flush_subnormal_floats_to_zero():
+    from bench.build import build
+    from bench.config import compose_config
+
+    torch.set_flush_denormal(False)
+    assert torch.tensor([1e-39]).item() != 0  # a subnormal, kept
+    build(compose_config("config", ["task=image", "task.dataset=digits", "model.dim=16",
+                                    "model.depth=1"], "run"))
+    try:
+        assert torch.tensor([1e-39]).item() == 0  # flushed: RNN gradients no longer crawl
+    finally:
+        torch.set_flush_denormal(False)
