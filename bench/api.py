@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import DictConfig
 
 from bench.config import compose_config, parse_overrides, suite_sweeps
 from bench.errors import BenchError
@@ -29,10 +30,13 @@ __all__ = ["run", "multirun", "table", "report", "BenchError"]
 def run(overrides: list[str] | None = None) -> dict[str, Any]:
     """One run (``mhab run OVERRIDES``); its record. An experiment and seed already recorded
     ok is not rerun (``force=true`` reruns it): its record comes back with ``skipped``."""
+    return _run(compose_config("config", list(overrides or []), "run"))
+
+
+def _run(cfg: DictConfig) -> dict[str, Any]:
     from bench.cli import check_results_dir
     from bench.experiment import run_experiment
 
-    cfg = compose_config("config", list(overrides or []), "run")
     check_results_dir(cfg.results_dir)
     return run_experiment(cfg)
 
@@ -56,10 +60,10 @@ def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     in sweep order. Every run's config is checked before the first starts."""
     from bench.build import validate
 
-    points = sweep(overrides)
-    for point in points:
-        validate(compose_config("config", point, "run"))
-    return [run(point) for point in points]
+    cfgs = [compose_config("config", point, "run") for point in sweep(overrides)]
+    for cfg in cfgs:
+        validate(cfg)
+    return [_run(cfg) for cfg in cfgs]
 
 
 def table(results_dir: str | Path = "results") -> pd.DataFrame:
