@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 from omegaconf import DictConfig
+from timm.optim import param_groups_weight_decay
 from timm.utils import ModelEmaV3
 from torch import nn
 from tqdm.auto import tqdm
@@ -64,15 +65,10 @@ log = logging.getLogger(__name__)
 
 
 def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
-    """AdamW; biases, norms and embeddings-as-vectors get no weight decay (timm's rule)."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    """AdamW with timm's weight-decay groups: biases, norms and whatever the model's
+    ``no_weight_decay()`` names (cls tokens, learned position tables) are not decayed."""
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    groups = param_groups_weight_decay(model, cfg.weight_decay, no_weight_decay_list=skip)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from models.patch import PatchEmbed2d
 from models.rnn import RNNEncoder
-from models.transformer import TransformerEncoder
+from models.transformer import TransformerEncoder, learned_position_names
 
 
 def steps_after_patching(lengths: Tensor, patch_frames: int, stride: int) -> Tensor:
@@ -44,6 +44,9 @@ class TransformerTranscriber(nn.Module):
         self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
                                           pos_encoding, max_len=self.patch_embed.num_patches)
         self.head = nn.Linear(dim, vocab_size)
+
+    def no_weight_decay(self) -> set[str]:
+        return learned_position_names(self)
 
     def tokens(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         if x.shape[-1] < self.patch_frames:

@@ -11,7 +11,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import MultiHeadAttention
-from models.transformer import TransformerEncoder, init_cls_token, new_cls_token, prepend_cls_token
+from models.transformer import (
+    TransformerEncoder,
+    init_cls_token,
+    learned_position_names,
+    new_cls_token,
+    prepend_cls_token,
+)
 
 
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
@@ -160,6 +166,11 @@ class PatchTransformerClassifier(nn.Module):
             vit.encoder.norm.load_state_dict(model.norm.state_dict())
             vit.head.load_state_dict(model.head.state_dict())
         return vit
+
+    def no_weight_decay(self) -> set[str]:
+        """What timm's ``VisionTransformer.no_weight_decay()`` names: the cls token and the
+        position table."""
+        return {"cls_token"} | learned_position_names(self)
 
     def tokens(self, x: Tensor) -> Tensor:
         return prepend_cls_token(self.cls_token, self.patch_embed(x))  # (B, N + 1, dim)

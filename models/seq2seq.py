@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from models.attention import KVCache
 from models.rnn import RNN_CELLS, RNNEncoder
-from models.transformer import TransformerDecoder, TransformerEncoder
+from models.transformer import TransformerDecoder, TransformerEncoder, learned_position_names
 
 
 @dataclass
@@ -59,6 +59,9 @@ class TransformerSeq2Seq(nn.Module):
         if tie_embeddings:  # one matrix for source, target and output (Press & Wolf, 2017)
             self.generator.weight = self.tgt_embed.weight
         nn.init.normal_(self.src_embed.weight, std=dim**-0.5)
+
+    def no_weight_decay(self) -> set[str]:
+        return learned_position_names(self)
 
     def _embed(self, table: nn.Embedding, tokens: Tensor) -> Tensor:
         return table(tokens) * math.sqrt(self.dim)  # section 3.4: embeddings scaled by sqrt(d)

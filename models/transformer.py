@@ -231,6 +231,16 @@ class TransformerDecoder(_Stack):
         return (x, maps) if return_attention else x
 
 
+# -------------------------------------------------------------------- weight decay
+def learned_position_names(module: nn.Module) -> set[str]:
+    """Full parameter names of every learned position table under ``module``: timm's models
+    list theirs in ``no_weight_decay()``, since a position is not a weight to shrink."""
+    return {
+        f"{name}.weight" for name, sub in module.named_modules()
+        if isinstance(sub, LearnedPositionalEmbedding)
+    }
+
+
 # -------------------------------------------------------------------- cls token
 def new_cls_token(dim: int) -> nn.Parameter:
     """A learned summary token, zero here; ``init_cls_token`` draws it once the rest of the
@@ -260,6 +270,9 @@ class TokenTransformerClassifier(nn.Module):
                                           pos_encoding, max_len + 1)
         self.head = nn.Linear(dim, num_classes)
         init_cls_token(self.cls_token)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"cls_token"} | learned_position_names(self)
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = prepend_cls_token(self.cls_token, self.embed(tokens))  # (B, L + 1, dim)

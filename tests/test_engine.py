@@ -12,11 +12,15 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from bench import measure
-from bench.engine import CHECKPOINT, fit, warmup_cosine
+from bench.engine import CHECKPOINT, build_optimizer, fit, warmup_cosine
 from bench.errors import RunFailed
 from bench.io import atomic_write_text, load_state_dict
 from bench.record import config_hash, new_run_dir
 from bench.task import ClassificationTask, Splits
+from models.ctc import TransformerTranscriber
+from models.patch import PatchTransformerClassifier
+from models.seq2seq import TransformerSeq2Seq
+from models.transformer import TokenTransformerClassifier
 
 TRAINER = OmegaConf.create({
     "epochs": 3, "max_steps": None, "batch_size": 16, "batching": "random", "eval_batch_size": 64, "lr": 0.1,
@@ -284,3 +288,52 @@ def test_runs_flush_subnormal_floats_to_zero():
         assert torch.tensor([1e-39]).item() == 0  # flushed: RNN gradients no longer crawl
     finally:
         torch.set_flush_denormal(False)
+
+
+def _undecayed(model: nn.Module) -> set[str]:
+    optimizer = build_optimizer(model, OmegaConf.create({"weight_decay": 0.05, "lr": 1e-3,
+                                                         "betas": [0.9, 0.999]}))
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+
+
+@pytest.mark.parametrize("build", [
+    lambda: PatchTransformerClassifier((8, 8), 4, 1, 3, dim=16, depth=2, num_heads=2),
+    lambda: TokenTransformerClassifier(10, 3, 6, 16, 1, 2, 2.0, 0.0, 0.0, "learned"),
+    lambda: TransformerSeq2Seq(20, dim=16, depth=1, num_heads=2, pos_encoding="learned", max_len=12),
+    lambda: TransformerTranscriber(8, 1, 40, 6, 4, 2, dim=16, depth=1, num_heads=2),
+])
+def test_weight_decay_skips_cls_token_and_positions_as_timm(build):
+    """timm's rule: no decay for biases, norms, and what no_weight_decay() names (the cls
+    token, the learned position tables); every weight matrix is decayed."""
+    model = build()
+    undecayed = _undecayed(model)
+    positions = {n for n in dict(model.named_parameters()) if n.endswith("pos.weight")}
+    assert positions and positions <= undecayed
+    assert ("cls_token" in undecayed) == hasattr(model, "cls_token")
+    for name, param in model.named_parameters():
+        if name not in model.no_weight_decay() and param.ndim >= 2:
+            assert name not in undecayed, name
+        if param.ndim == 1:
+            assert name in undecayed, name
+
+
+def test_weight_decay_matches_timm_vit():
+    """Our ViT loaded from timm's leaves out of decay what timm's own optimizer factory does."""
+    timm = pytest.importorskip("timm")
+    from timm.optim import create_optimizer_v2
+
+    theirs = timm.models.VisionTransformer(img_size=8, patch_size=4, in_chans=1, num_classes=3,
+                                           embed_dim=16, depth=1, num_heads=2)
+    ours = PatchTransformerClassifier.from_timm(theirs)
+    timm_optimizer = create_optimizer_v2(theirs, "adamw", lr=1e-3, weight_decay=0.05)
+    names = {id(p): n for n, p in theirs.named_parameters()}
+    timm_undecayed = {names[id(p)] for g in timm_optimizer.param_groups
+                      if g["weight_decay"] == 0 for p in g["params"]}
+    assert {"cls_token", "pos_embed"} <= timm_undecayed
+    renamed = {"cls_token": "cls_token", "pos_embed": "encoder.pos.weight"}
+    ours_undecayed = _undecayed(ours)
+    assert {renamed[n] for n in renamed if n in timm_undecayed} <= ours_undecayed
+    matrices = sum(p.ndim >= 2 for p in theirs.parameters())
+    assert sum(p.ndim >= 2 for p in ours.parameters()) == matrices
+    assert len(ours_undecayed) == len(timm_undecayed)
