@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from bench import measure
 from bench.acceleration import autocast, compile_model
+from bench.attention_distance import mean_attention_distance
 from bench.attention_examples import save_example
 from bench.errors import RunFailed
 from bench.io import atomic_torch_save, load_state_dict
@@ -263,6 +264,10 @@ def fit(
         "train_activation_batch": first[-1].shape[0],
         "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
     }
+    distance = mean_attention_distance(
+        model, (task.model_inputs(task.to_device(batch, device)) for batch in test_loader))
+    if distance is not None:
+        results["attention_distance"] = distance
     attention = task.attention_example(model, splits, device)
     if attention is not None:
         save_example(run_dir / ATTENTION_EXAMPLE, attention)

@@ -19,7 +19,12 @@ from torch import Tensor, nn
 
 from models.patch import PatchEmbed2d
 from models.rnn import RNNEncoder
-from models.transformer import TransformerEncoder, learned_position_names
+from models.transformer import (
+    SelfAttentionMaps,
+    TransformerEncoder,
+    learned_position_names,
+    sequence_coordinates,
+)
 
 
 def steps_after_patching(lengths: Tensor, patch_frames: int, stride: int) -> Tensor:
@@ -58,6 +63,14 @@ class TransformerTranscriber(nn.Module):
         tokens, steps = self.tokens(x, lengths)
         features = self.encoder(tokens, key_padding_mask=padding_mask(steps, tokens.shape[1]))
         return self.head(features).log_softmax(-1), steps
+
+    @torch.no_grad()
+    def self_attention_maps(self, x: Tensor, lengths: Tensor) -> SelfAttentionMaps:
+        """Every layer's attention between time steps, each step placed at its first frame."""
+        tokens, steps = self.tokens(x, lengths)
+        _, maps = self.encoder(tokens, key_padding_mask=padding_mask(steps, tokens.shape[1]),
+                               return_attention=True)
+        return SelfAttentionMaps(maps, sequence_coordinates(steps, tokens.shape[1], self.stride), "frame")
 
     @torch.no_grad()
     def attention_over_time(self, x: Tensor, lengths: Tensor) -> Tensor:

@@ -12,11 +12,13 @@ from torch import Tensor, nn
 
 from models.attention import MultiHeadAttention
 from models.transformer import (
+    SelfAttentionMaps,
     TransformerEncoder,
     init_cls_token,
     learned_position_names,
     new_cls_token,
     prepend_cls_token,
+    unplaced_first,
 )
 
 
@@ -191,6 +193,14 @@ class PatchTransformerClassifier(nn.Module):
         """Per-layer, per-head attention weights (B, H, N + 1, N + 1) for one forward pass."""
         _, maps = self.encoder(self.tokens(x), return_attention=True)
         return maps
+
+    @torch.no_grad()
+    def self_attention_maps(self, x: Tensor, lengths: Tensor | None = None) -> SelfAttentionMaps:
+        """Every layer's attention, each patch placed at its (row, column) on the grid."""
+        rows, cols = self.patch_embed.grid
+        grid = torch.cartesian_prod(torch.arange(rows), torch.arange(cols)).float().to(x.device)
+        coordinates = unplaced_first(grid.expand(x.shape[0], -1, -1))
+        return SelfAttentionMaps(self.attention_maps(x), coordinates, "patch")
 
     @torch.no_grad()
     def cls_attention_grid(self, x: Tensor) -> Tensor:

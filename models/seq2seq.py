@@ -19,7 +19,13 @@ from torch import Tensor, nn
 
 from models.attention import KVCache
 from models.rnn import RNN_CELLS, RNNEncoder
-from models.transformer import TransformerDecoder, TransformerEncoder, learned_position_names
+from models.transformer import (
+    SelfAttentionMaps,
+    TransformerDecoder,
+    TransformerEncoder,
+    learned_position_names,
+    sequence_coordinates,
+)
 
 
 @dataclass
@@ -69,6 +75,16 @@ class TransformerSeq2Seq(nn.Module):
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderState:
         pad = padding_mask(src_lengths, src.shape[1])
         return EncoderState(self.encoder(self._embed(self.src_embed, src), key_padding_mask=pad), pad)
+
+    @torch.no_grad()
+    def self_attention_maps(self, src: Tensor, src_lengths: Tensor,
+                            tgt_in: Tensor | None = None) -> SelfAttentionMaps:
+        """The encoder's self-attention over the source tokens (``tgt_in`` is taken so the
+        model is called with its training inputs, and not used)."""
+        pad = padding_mask(src_lengths, src.shape[1])
+        _, maps = self.encoder(self._embed(self.src_embed, src), key_padding_mask=pad,
+                               return_attention=True)
+        return SelfAttentionMaps(maps, sequence_coordinates(src_lengths, src.shape[1]), "token")
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""

@@ -7,6 +7,7 @@ Every attention here is ``models.attention.MultiHeadAttention``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -231,6 +232,35 @@ class TransformerDecoder(_Stack):
         return (x, maps) if return_attention else x
 
 
+# -------------------------------------------------------------------- attention geometry
+@dataclass
+class SelfAttentionMaps:
+    """Every encoder layer's self-attention over one batch, and where each token sits.
+
+    ``coordinates`` (B, L, D) places token i of example b in the input, in ``unit`` steps
+    (a patch's row and column on the grid, a token's index, a frame); a token without a
+    place (a cls token, padding) has NaN coordinates.
+    """
+
+    maps: list[Tensor]  # per layer (B, H, L, L): query -> key weights
+    coordinates: Tensor
+    unit: str
+
+
+def sequence_coordinates(lengths: Tensor, steps: int, spacing: float = 1.0) -> Tensor:
+    """(B, steps, 1): the index of each step times ``spacing``, NaN from each length on."""
+    index = torch.arange(steps, device=lengths.device, dtype=torch.float32)
+    place = (index * spacing).expand(lengths.shape[0], steps).clone()
+    place[index[None, :] >= lengths[:, None]] = math.nan
+    return place.unsqueeze(-1)
+
+
+def unplaced_first(coordinates: Tensor) -> Tensor:
+    """(B, L, D) -> (B, L + 1, D): a NaN row first, for a cls token, which has no place."""
+    return torch.cat([coordinates.new_full((coordinates.shape[0], 1, coordinates.shape[2]), math.nan),
+                      coordinates], dim=1)
+
+
 # -------------------------------------------------------------------- weight decay
 def learned_position_names(module: nn.Module) -> set[str]:
     """Full parameter names of every learned position table under ``module``: timm's models
@@ -273,6 +303,13 @@ class TokenTransformerClassifier(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         return {"cls_token"} | learned_position_names(self)
+
+    @torch.no_grad()
+    def self_attention_maps(self, tokens: Tensor) -> SelfAttentionMaps:
+        x = prepend_cls_token(self.cls_token, self.embed(tokens))
+        _, maps = self.encoder(x, return_attention=True)
+        full = torch.full((tokens.shape[0],), tokens.shape[1], device=tokens.device)
+        return SelfAttentionMaps(maps, unplaced_first(sequence_coordinates(full, tokens.shape[1])), "token")
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = prepend_cls_token(self.cls_token, self.embed(tokens))  # (B, L + 1, dim)

@@ -212,6 +212,9 @@ def check_asr_record(rec: dict, model: str, dataset: str, test_size: int) -> Non
         steps = example["heads"].shape[-1]
         torch.testing.assert_close(example["heads"].sum(-1), torch.ones(example["heads"].shape[:2]))
         assert steps == example["heads"].shape[1] and example["transcript"]
+        distance = rec["attention_distance"]
+        assert distance["unit"] == "frame"
+        assert len(distance["per_layer_head"]) == rec["config"]["model"]["depth"]
     else:
         assert "bidirectional" in rec["model_notes"] and "attention_example" not in rec
 

@@ -3,6 +3,7 @@
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,8 +80,14 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
             torch.testing.assert_close(heads.sum(-1), torch.ones(heads.shape[:2]))  # rows sum to 1
         else:
             assert example["kind"] == "patch_grid" and heads.dim() == 3
+        distance = rec["attention_distance"]  # every head of every layer, over the test set
+        model_cfg = rec["config"]["model"]
+        assert distance["unit"] == ("token" if task == "translation" else "patch")
+        per_layer_head = np.array(distance["per_layer_head"])
+        assert per_layer_head.shape == (model_cfg["depth"], model_cfg["num_heads"])
+        assert (per_layer_head > 0).all() and distance["queries"] > 0
     else:
-        assert "attention_example" not in rec
+        assert "attention_example" not in rec and "attention_distance" not in rec
 
 
 def test_rnn_with_additive_attention_is_labelled(tmp_path):
