@@ -10,6 +10,7 @@ other than ``attention``), never with "the RNN" as a whole.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -128,7 +129,23 @@ def model_verdicts(group: pd.DataFrame) -> list[str]:
 
 
 # ---------------------------------------------------------------- claims
-def heads_verdict(agg: pd.DataFrame) -> str:
+@dataclass(frozen=True)
+class Finding:
+    """One row of the report's front page: what the data say of a claim in one place."""
+
+    where: str  # task/dataset, or "-" when there is no data
+    verdict: str  # supported, contradicted, inconclusive, not supported, no data, ...
+    numbers: str  # what the verdict rests on, in words
+
+    def text(self) -> str:
+        return f"{self.where}: {self.verdict} ({self.numbers})"
+
+
+def no_data(how: str) -> list[Finding]:
+    return [Finding("-", "no data", how)]
+
+
+def heads_findings(agg: pd.DataFrame) -> list[Finding]:
     """Claim 1, per task and dataset: the best several-head row against the one-head row,
     Holm-corrected across the tasks."""
     pairs = []
@@ -137,22 +154,26 @@ def heads_verdict(agg: pd.DataFrame) -> str:
         if not one.empty and not many.empty:
             pairs.append((f"{task}/{dataset}", best_row(many), one.iloc[0], higher_is_better(group)))
     if not pairs:
-        return "No data: the heads ablation has not been run."
+        return no_data("the heads ablation has not been run: `mhab run -m suite=claims_heads`")
     tests = holm([difference(many, one) for _, many, one, _ in pairs])
-    verdicts = [
-        f"{where}: {verdict(test, claimed_positive=higher)} ({int(many['heads'])} heads "
-        f"{many['mean']:.4g} ± {fmt(many['ci95'], 2)} vs 1 head {one['mean']:.4g} ± "
-        f"{fmt(one['ci95'], 2)}; {test.describe()})"
+    return [
+        Finding(where, verdict(test, claimed_positive=higher),
+                f"{int(many['heads'])} heads {many['mean']:.4g} ± {fmt(many['ci95'], 2)} vs 1 head "
+                f"{one['mean']:.4g} ± {fmt(one['ci95'], 2)}; {test.describe()}")
         for (where, many, one, higher), test in zip(pairs, tests, strict=True)
     ]
-    return "; ".join(verdicts) + "."
 
 
-def speed_verdict(agg: pd.DataFrame) -> str:
-    ratios, parts = [], []
+def speed_findings(agg: pd.DataFrame) -> list[Finding]:
+    """Claim 2 on throughput: each attention setting's training samples/s (tokens/s along a
+    length sweep) against the fastest model of each baseline family."""
+    findings = []
 
     def name(row: pd.Series) -> str:  # the variant is the section; the setting sets rows apart
         return label(row["model"], "default", row["setting"])
+
+    def faster(ratio: float) -> str:
+        return "supported" if ratio > 1 else "not supported"
 
     default = agg[agg["variant"] == "default"] if not agg.empty else agg
     for (task, dataset), group in default.groupby(["task", "dataset"]):
@@ -161,28 +182,22 @@ def speed_verdict(agg: pd.DataFrame) -> str:
             fastest = rows.loc[rows["train_samples_per_s"].idxmax()]
             for _, row in timed[timed["model_family"] == ATTENTION].iterrows():
                 ratio = row["train_samples_per_s"] / fastest["train_samples_per_s"]
-                ratios.append(ratio)
-                parts.append(f"{task}/{dataset}: {name(row)} trains at {ratio:.2f}x the samples/s "
-                             f"of the fastest {family} baseline, {name(fastest)}")
+                findings.append(Finding(
+                    f"{task}/{dataset}", faster(ratio),
+                    f"{name(row)} trains at {ratio:.2f}x the samples/s of the fastest {family} "
+                    f"baseline, {name(fastest)}; one measurement per run, no CI"))
     for (task, seq_len), group in length_table(agg).groupby(["task", "seq_len"]):
         for family, rows in baselines(group).items():
             for _, row in group[group["model_family"] == ATTENTION].iterrows():
                 ratio = row["train_tokens_per_s"] / rows["train_tokens_per_s"].max()
-                ratios.append(ratio)
-                parts.append(f"{task} at {seq_len} tokens: {name(row)} at {ratio:.2f}x the training "
-                             f"tokens/s of the fastest {family} baseline")
-    if not parts:
-        return "No data."
-    if all(r > 1 for r in ratios):
-        verdict = "Supported on this hardware"
-    elif all(r < 1 for r in ratios):
-        verdict = "Not supported on this hardware"
-    else:
-        verdict = "Mixed on this hardware"
-    return f"{verdict}: " + "; ".join(parts) + " (throughput, one measurement per run: no CI)."
+                findings.append(Finding(
+                    f"{task} at {seq_len} tokens", faster(ratio),
+                    f"{name(row)} at {ratio:.2f}x the training tokens/s of the fastest {family} "
+                    f"baseline; one measurement per run, no CI"))
+    return findings or no_data("no timed runs")
 
 
-def long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
+def long_range_findings(agg: pd.DataFrame, records: list[dict]) -> list[Finding]:
     """Claim 3: at the longest recall length, attention against the best row of each baseline
     family (Holm-corrected across families); without a length sweep, metric by input length."""
     lengths = length_table(agg)
@@ -193,33 +208,37 @@ def long_range_verdict(agg: pd.DataFrame, records: list[dict]) -> str:
         pairs = [(family, attn.iloc[0], best_row(rows)) for family, rows in baselines(group).items()
                  ] if not attn.empty else []
         tests = holm([difference(a, best) for _, a, best in pairs])
-        verdicts = [
-            f"{verdict(test, higher_is_better(group)).capitalize()}: recalling a token {longest - 1} "
-            f"steps back, attention scores {a['mean']:.3g} ± {fmt(a['ci95'], 2)} vs the best {family} "
-            f"baseline ({best['model']}) {best['mean']:.3g} ± {fmt(best['ci95'], 2)}; {test.describe()}."
+        findings = [
+            Finding(f"{a['task']} at {longest} tokens", verdict(test, higher_is_better(group)),
+                    f"recalling a token {longest - 1} steps back, attention scores {a['mean']:.3g} ± "
+                    f"{fmt(a['ci95'], 2)} vs the best {family} baseline ({best['model']}) "
+                    f"{best['mean']:.3g} ± {fmt(best['ci95'], 2)}; {test.describe()}")
             for (family, a, best), test in zip(pairs, tests, strict=True)
         ]
-        if verdicts:
-            return " ".join(verdicts)
-    return _by_length_verdict(length_buckets(records))
+        if findings:
+            return findings
+    return _by_length_findings(length_buckets(records))
 
 
-def _by_length_verdict(buckets: pd.DataFrame) -> str:
+def _by_length_findings(buckets: pd.DataFrame) -> list[Finding]:
+    missing = "needs runs of attention and a baseline that record their metric by input length"
     if buckets.empty:
-        return "No data: needs runs of attention and a baseline that record their metric by input length."
-    verdicts = []
+        return no_data(missing)
+    findings = []
     for (task, dataset), group in buckets.groupby(["task", "dataset"]):
+        where = f"{task}/{dataset}"
         attention = group[group["model_family"] == ATTENTION]
         labels = attention["model"].unique()
         if len(labels) != 1 or (group["model_family"] == ATTENTION).all():
             if len(labels) > 1:
-                verdicts.append(f"{task}/{dataset}: inconclusive, several attention settings have length "
-                                f"buckets; compare them in the table of metric by input length")
+                findings.append(Finding(where, "inconclusive", "several attention settings have length "
+                                        "buckets; compare them in the table of metric by input length"))
             continue
         order = list(dict.fromkeys(group["length"]))
         if attention["length"].nunique() < 2:  # one bucket says nothing about length
-            verdicts.append(f"{task}/{dataset}: no data, all test inputs fall in one length bucket; run "
-                            f"the recall length sweep (`mhab run -m suite=claims_length`) or longer inputs")
+            findings.append(Finding(where, "no data", "all test inputs fall in one length bucket; run "
+                                    "the recall length sweep (`mhab run -m suite=claims_length`) or "
+                                    "longer inputs"))
             continue
         longest = [b for b in order if b in set(attention["length"])][-1]
         at_longest = group[group["length"] == longest]
@@ -232,15 +251,12 @@ def _by_length_verdict(buckets: pd.DataFrame) -> str:
             best_model = by_model.idxmax() if higher else by_model.idxmin()
             best = by_model[best_model]
             word = "supported" if (attn > best if higher else attn < best) else "not supported"
-            verdicts.append(
-                f"{task}/{dataset}: {word} on the longest bucket ({longest} {unit}): attention {metric} "
-                f"{attn:.3g} vs the best {family} baseline, {best_model}, {best:.3g} "
-                f"({direction(higher)}; means over "
-                f"{at_longest['seed'].nunique()} seeds; no per-bucket CI, so indicative)"
-            )
-    if not verdicts:
-        return "No data: needs runs of attention and a baseline that record their metric by input length."
-    return "; ".join(verdicts) + "."
+            findings.append(Finding(
+                where, f"{word} on the longest bucket",
+                f"{longest} {unit}: attention {metric} {attn:.3g} vs the best {family} baseline, "
+                f"{best_model}, {best:.3g} ({direction(higher)}); means over "
+                f"{at_longest['seed'].nunique()} seeds, no per-bucket CI, so indicative"))
+    return findings or no_data(missing)
 
 
 # ---------------------------------------------------------------- time to quality
@@ -302,25 +318,76 @@ def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def time_to_quality_verdict(ttq: pd.DataFrame) -> str:
+def time_to_quality_findings(ttq: pd.DataFrame) -> list[Finding]:
     """Claim 2 on time to quality: attention against the quickest model of each baseline
     family to the best baseline's final validation score (where both reached it)."""
+    findings = []
     if ttq.empty:
-        return "no time to quality yet (needs records with per-validation wall times)"
-    parts = []
+        return no_data("no time to quality yet (needs records with per-validation wall times)")
     for (task, dataset), group in ttq[ttq["target"] == "best baseline's final"].groupby(["task", "dataset"]):
-        attention = group[group["model_family"] == ATTENTION]
+        where, attention = f"{task}/{dataset}", group[group["model_family"] == ATTENTION]
         for family, rows in group[group["model_family"] != ATTENTION].groupby("model_family"):
             quickest = rows.loc[rows["wall_s"].fillna(math.inf).idxmin()]
             for _, a in attention.iterrows():
+                target = f"the best baseline's final validation score ({a['target_value']:.4g})"
                 if not a["reached"]:
-                    parts.append(f"{task}/{dataset}: {a['model']} never reached the best baseline's "
-                                 f"final validation score ({a['target_value']:.4g})")
+                    findings.append(Finding(where, "not supported", f"{a['model']} never reached {target}"))
                 elif quickest["reached"]:
-                    parts.append(f"{task}/{dataset}: {a['model']} reached the best baseline's final "
-                                 f"validation score ({a['target_value']:.4g}) in {a['wall_s'] / 60:.3g} min, "
-                                 f"{quickest['wall_s'] / a['wall_s']:.2f}x as fast as the quickest {family} "
-                                 f"baseline, {quickest['model']} ({quickest['wall_s'] / 60:.3g} min)")
-    if not parts:
-        return "no time to quality yet (needs records with per-validation wall times)"
-    return "; ".join(parts) + " (means over the seeds that reached it; wall time includes validation)"
+                    speedup = quickest["wall_s"] / a["wall_s"]
+                    findings.append(Finding(
+                        where, "supported" if speedup > 1 else "not supported",
+                        f"time to quality: {a['model']} reached {target} in {a['wall_s'] / 60:.3g} min, "
+                        f"{speedup:.2f}x as fast as the quickest {family} baseline, {quickest['model']} "
+                        f"({quickest['wall_s'] / 60:.3g} min); means over the seeds that reached it, "
+                        f"validation included"))
+    return findings or no_data("no time to quality yet (needs records with per-validation wall times)")
+
+
+# ---------------------------------------------------------------- attention distance
+def attention_distances(records: list[dict]) -> pd.DataFrame:
+    """Every recorded head's mean attention distance: one row per (run, layer, head)."""
+    rows = []
+    for r in records:
+        recorded = r.get("attention_distance")
+        if not isinstance(recorded, dict):
+            continue
+        for layer, heads in enumerate(recorded.get("per_layer_head") or [], start=1):
+            for head, value in enumerate(heads, start=1):
+                rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
+                             "seed": r["seed"], "unit": recorded["unit"], "layer": layer,
+                             "head": head, "distance": value})
+    return pd.DataFrame(rows)
+
+
+def distance_spread(distances: pd.DataFrame) -> pd.DataFrame:
+    """Per task, dataset, model and layer: how near the nearest-looking head and how far the
+    farthest-looking head attend (each seed's minimum and maximum over heads, mean over
+    seeds: heads are not matched across seeds), and the mean over heads."""
+    keys = ["task", "dataset", "model", "unit", "layer"]
+    if distances.empty:
+        return pd.DataFrame(columns=[*keys, "heads", "seeds", "nearest", "farthest", "mean"])
+    per_seed = distances.groupby([*keys, "seed"])["distance"].agg(["min", "max", "mean", "count"])
+    return per_seed.groupby(keys).agg(
+        heads=("count", "max"), seeds=("count", "size"), nearest=("min", "mean"),
+        farthest=("max", "mean"), mean=("mean", "mean"),
+    ).reset_index()
+
+
+def distance_findings(spread: pd.DataFrame) -> list[Finding]:
+    """Claim 1 beside the ablation: per task, dataset and several-head model, the range of
+    distances its heads attend over in each layer (descriptive: no test)."""
+    findings = []
+    for (task, dataset, model), group in spread.groupby(["task", "dataset", "model"]):
+        if group["heads"].max() < 2:
+            continue
+        unit, seeds = group["unit"].iloc[0], int(group["seeds"].min())
+        layers = "; ".join(f"layer {r.layer}: {fmt(r.nearest, 2)} to {fmt(r.farthest, 2)}"
+                           for r in group.sort_values("layer").itertuples())
+        ratio = group["farthest"] / group["nearest"].clip(lower=1e-9)
+        widest = group.loc[ratio.idxmax()]
+        findings.append(Finding(
+            f"{task}/{dataset}", "descriptive (no test)",
+            f"{model}'s heads attend from the nearest to the farthest at mean distances ({unit}s) "
+            f"{layers}; widest in layer {widest['layer']}, {widest['farthest'] / widest['nearest']:.1f}x; "
+            f"mean over {seeds} seed{'s' if seeds > 1 else ''}"))
+    return findings

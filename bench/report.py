@@ -18,21 +18,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from bench.analysis import (  # noqa: E402
+    attention_distances,
     direction,
+    distance_findings,
+    distance_spread,
     fmt,
+    heads_findings,
     heads_table,
-    heads_verdict,
     higher_is_better,
     learning_curves,
     length_buckets,
     length_table,
-    long_range_verdict,
+    long_range_findings,
     model_verdicts,
-    speed_verdict,
+    speed_findings,
     time_to_quality,
-    time_to_quality_verdict,
+    time_to_quality_findings,
 )
 from bench.attention_examples import load_example  # noqa: E402
 from bench.io import atomic_write, atomic_write_text  # noqa: E402
@@ -46,6 +50,7 @@ TITLES = dict(
         ("quality", "Learning curves and time to quality"),
         ("length", "Metric by input length"),
         ("heads", "Heads ablation"),
+        ("distance", "How far each head looks"),
         ("attention", "Attention maps"),
         ("samples", "Sample outputs"),
         ("claims", "The article's claims against the data"),
@@ -75,6 +80,24 @@ class Section:
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
         self.figures.append((caption, buffer.getvalue()))
+
+
+def readable_log_axis(axis, base: float = 10) -> None:
+    """Label a log axis (after plotting, so its range is known) with plain numbers that do not
+    overlap: 1-2-5 steps when the data span under two decades, powers of ``base`` otherwise;
+    minor ticks unlabelled. Matplotlib's default labels every minor tick of a short range in
+    scientific notation ("2x10^3 3x10^3 4x10^3"), which runs together on a small panel."""
+    low, high = sorted(axis.get_view_interval())
+    decades = math.log10(high / low) if low > 0 else math.inf
+    subs = (1.0, 2.0, 5.0) if base == 10 and decades < 2 else (1.0,)
+    locator = LogLocator(base=base, subs=subs, numticks=8)
+    powers = range(math.floor(math.log(low, base)), math.ceil(math.log(high, base)) + 1) if low > 0 else ()
+    if sum(low <= sub * base**p <= high for p in powers for sub in subs) < 2:
+        # Too narrow for those (LogLocator would then tick every 100 or so): it reads as linear.
+        locator = MaxNLocator(nbins=4, steps=[1, 2, 5, 10])
+    axis.set_major_locator(locator)
+    axis.set_major_formatter(FuncFormatter(lambda value, _: fmt(value, 3)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 # ---------------------------------------------------------------- sections
@@ -142,6 +165,7 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
                 label=label(row.model, row.variant, row.setting),
             )
         ax.set_xscale("log")
+        readable_log_axis(ax.xaxis)
         ax.set_xlabel("training samples/s (log)")
         ax.set_ylabel(f"test {group['metric_name'].iloc[0]}")
         ax.set_title(f"{task} / {dataset}")
@@ -235,6 +259,8 @@ def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):
             ax.plot(group["seq_len"], group[column], marker="o", label=model)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        readable_log_axis(ax.xaxis, base=2)
+        readable_log_axis(ax.yaxis)
         ax.set_xlabel("sequence length")
         ax.set_ylabel(axis_label)
         ax.legend(fontsize=7)
@@ -321,11 +347,49 @@ def heads_section(agg: pd.DataFrame) -> Section:
         group = group.sort_values("heads")
         ax.errorbar(group["heads"], group["mean"], yerr=group["ci95"].fillna(0), marker="o", capsize=3)
         ax.set_xscale("log", base=2)
+        readable_log_axis(ax.xaxis, base=2)
         ax.set_xlabel("heads (fixed width)")
         ax.set_ylabel(f"test {group['metric_name'].iloc[0]}")
         ax.set_title(f"{task} / {dataset}")
         s.figure(f"Heads ablation on {task} / {dataset}.", fig)
         s.table(group[["heads", "seeds", "mean", "ci95", "params"]])
+    return s
+
+
+def distance_section(records: list[dict]) -> Section:
+    s = Section("distance", TITLES["distance"])
+    distances = attention_distances(records)
+    if distances.empty:
+        s.text("No attention distances yet: attention runs record each head's mean attention "
+               "distance per layer over the test set.")
+        return s
+    s.text("Each head's mean attention distance per layer over the test set (as in the ViT paper, "
+           "Fig. 7): for every query token, the distance to each key weighted by attention, in the "
+           "input's units (patches on the grid, tokens, frames); cls tokens and padding left out. A "
+           "dot is one head of one seed; the table gives the nearest- and farthest-looking head, "
+           "mean over seeds.")
+    spread = distance_spread(distances)
+    for (task, dataset), group in distances.groupby(["task", "dataset"]):
+        models = sorted(group["model"].unique())
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        for i, model in enumerate(models):
+            runs = group[group["model"] == model]
+            offset = (i - (len(models) - 1) / 2) * 0.12
+            ax.scatter(runs["layer"] + offset, runs["distance"], s=14, alpha=0.7, label=model)
+        ax.set_xticks(sorted(group["layer"].unique()))
+        ax.set_xlabel("layer")
+        ax.set_ylabel(f"mean attention distance ({group['unit'].iloc[0]}s)")
+        ax.set_title(f"{task} / {dataset}")
+        ax.legend(fontsize=7)
+        s.figure(f"{task} / {dataset}: each head's mean attention distance per layer.", fig)
+        rows = spread[(spread["task"] == task) & (spread["dataset"] == dataset)]
+        s.table(pd.DataFrame({
+            "model": rows["model"], "layer": rows["layer"], "heads": rows["heads"], "seeds": rows["seeds"],
+            "nearest head": rows["nearest"].map(lambda v: fmt(v, 3)),
+            "farthest head": rows["farthest"].map(lambda v: fmt(v, 3)),
+            "mean over heads": rows["mean"].map(lambda v: fmt(v, 3)),
+            "unit": rows["unit"],
+        }))
     return s
 
 
@@ -387,22 +451,32 @@ def escape_cell(value: object) -> str:
 
 
 # ---------------------------------------------------------------- claims
-def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict], results_dir: Path) -> Section:
-    """The report's front page: the answer first, a line per claim with its verdict and the
-    numbers it rests on; the per-task results follow."""
+CLAIMS = (
+    "1. Several heads see more than one",
+    "2. Attention is more parallel and faster than RNNs",
+    "3. Attention handles long-range dependencies",
+)
+
+
+def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) -> Section:
+    """The report's front page: the answer first, one table row per claim and place, with its
+    verdict and the numbers it rests on; the per-task results follow."""
     s = Section("claims", TITLES["claims"])
     hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
     s.text(
-        f"Measured on: {hardware}. Each verdict rests on Welch's t-test of the difference of "
-        f"the means over seeds (its 95% interval and p beside it), Holm-corrected across the "
-        f"comparisons of one claim: supported or contradicted when significant at 5%, "
-        f"inconclusive otherwise, and always with a single seed."
+        f"Measured on: {hardware}. A verdict from seeds rests on Welch's t-test of the difference "
+        f"of the means (its 95% interval and p beside it), Holm-corrected across the comparisons "
+        f"of one claim: supported or contradicted when significant at 5%, inconclusive otherwise, "
+        f"and always with a single seed. Throughput is one measurement per run."
     )
-    ttq = time_to_quality_verdict(time_to_quality(learning_curves(records)))
-    s.text("1. Several heads see more than one. " + heads_verdict(agg))
-    s.text(f"2. Attention is more parallel and faster than RNNs. {speed_verdict(agg)} "
-           f"Time to quality: {ttq}.")
-    s.text("3. Attention handles long-range dependencies. " + long_range_verdict(agg, records))
+    curves = learning_curves(records)
+    by_claim = {
+        CLAIMS[0]: heads_findings(agg) + distance_findings(distance_spread(attention_distances(records))),
+        CLAIMS[1]: speed_findings(agg) + time_to_quality_findings(time_to_quality(curves)),
+        CLAIMS[2]: long_range_findings(agg, records),
+    }
+    rows = [(claim, f.where, f.verdict, f.numbers) for claim, findings in by_claim.items() for f in findings]
+    s.table(pd.DataFrame(rows, columns=["claim", "where", "verdict", "numbers"]))
     return s
 
 
@@ -416,13 +490,14 @@ def build(results_dir: str | Path) -> list[Section]:
     records = [{**rec, "label": labels[rec["run_id"]]} for rec in all_records if rec.get("run_id") in labels]
     agg = aggregate(frame)
     return [
-        claims_section(frame, agg, records, results_dir),
+        claims_section(frame, agg, records),
         results_section(frame, agg),
         tradeoff_section(agg),
         scaling_section(results_dir, agg),
         quality_section(records),
         length_section(records),
         heads_section(agg),
+        distance_section(records),
         attention_section(records),
         samples_section(records),
     ]

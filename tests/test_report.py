@@ -95,13 +95,16 @@ def test_report_has_every_section_and_valid_html(results):
 
 def test_claims_verdicts_follow_the_data(results):
     markdown = write_report(results)[0].read_text()
+    assert markdown.index("## The article's claims against the data") < markdown.index("## Results per task")
     claims = markdown.split("## The article's claims against the data")[1]
     assert "Measured on: Test CPU" in claims
-    assert "1. Several heads see more than one. image/digits: supported" in claims
-    assert "2. Attention is more parallel and faster than RNNs. Not supported on this hardware" in claims
-    assert "recall at 256 tokens" in claims
-    assert ("3. Attention handles long-range dependencies. "
-            "Supported: recalling a token 255 steps back") in claims
+    heads = _claim_rows(markdown, 1)
+    assert heads[0]["where"] == "image/digits" and heads[0]["verdict"] == "supported"
+    speed = _claim_rows(markdown, 2)
+    assert {r["verdict"] for r in speed if r["where"].startswith("recall at 256")} == {"not supported"}
+    (long_range,) = _claim_rows(markdown, 3)
+    assert (long_range["where"], long_range["verdict"]) == ("recall at 256 tokens", "supported")
+    assert long_range["numbers"].startswith("recalling a token 255 steps back")
 
 
 def test_report_command(results):
@@ -149,16 +152,27 @@ def test_one_length_bucket_is_no_evidence(tmp_path):
         bucket = {"source_tokens": "1-12", "sentences": 5, "bleu": bleu}
         write_record(tmp_path, f"tr-{model}", task="translation", dataset="numbers", model=model,
                 metric_name="bleu", test_metric=bleu, test_details={"bleu_by_source_length": [bucket]})
-    claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
-    assert ("3. Attention handles long-range dependencies. translation/numbers: no data, all test inputs "
-            "fall in one length bucket") in claims
+    (row,) = _claim_rows(write_report(tmp_path)[0].read_text(), 3)
+    assert (row["where"], row["verdict"]) == ("translation/numbers", "no data")
+    assert row["numbers"].startswith("all test inputs fall in one length bucket")
 
 
 def _markdown_rows(text: str) -> list[dict[str, str]]:
     """The rows of the first Markdown table in ``text``, as header -> cell."""
-    lines = [line for line in text.splitlines() if line.startswith("|")]
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
     return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def _claim_rows(markdown: str, claim: int) -> list[dict[str, str]]:
+    """The front page's rows of claim number ``claim``."""
+    front = markdown.split("## The article's claims against the data")[1].split("\n## ")[0]
+    return [r for r in _markdown_rows(front) if r["claim"].startswith(f"{claim}. ")]
 
 
 def test_report_flags_unequal_budgets_and_names_settings(tmp_path):
@@ -168,7 +182,7 @@ def test_report_flags_unequal_budgets_and_names_settings(tmp_path):
     write_record(tmp_path, "tr-gru-long", task="translation", dataset="multi30k", model="gru",
                  metric_name="bleu", test_metric=25.0, epochs_run=10, wall_time_s=1800.0,
                  config_hash="long", config={"trainer": {"epochs": 10}})
-    results = write_report(tmp_path)[0].read_text().split("## Accuracy against throughput")[0]
+    results = write_report(tmp_path)[0].read_text().split("## Results per task")[1].split("\n## ")[0]
     rows = {(r["model"], r["setting"]): r for r in _markdown_rows(results)}
     assert len(rows) == 3, "two gru configs must be two rows, not one row of two seeds"
     assert rows[("gru", "trainer.epochs=10")]["test bleu, higher is better (mean ± 95% CI)"] == "25 (1 seed)"
@@ -182,7 +196,7 @@ def test_report_flags_unequal_budgets_and_names_settings(tmp_path):
 def test_report_says_nothing_of_budgets_when_they_match(tmp_path):
     for model in ("attention", "gru"):
         write_record(tmp_path, f"img-{model}", model=model, epochs_run=15, wall_time_s=90.0)
-    results = write_report(tmp_path)[0].read_text().split("## Accuracy against throughput")[0]
+    results = write_report(tmp_path)[0].read_text().split("## Results per task")[1].split("\n## ")[0]
     rows = _markdown_rows(results)
     assert [(r["model"], r["epochs"], r["wall (min)"]) for r in rows] == [("attention", "15", "1.5"),
                                                                          ("gru", "15", "1.5")]
@@ -195,11 +209,14 @@ def test_speed_claim_names_each_attention_setting(tmp_path):
     write_record(tmp_path, "attn-big", model="attention", train_samples_per_s=100.0,
                  config_hash="big", config={"model": {"dim": 512}})
     write_record(tmp_path, "gru", model="gru", train_samples_per_s=200.0)
-    claims = write_report(tmp_path)[0].read_text().split("## The article's claims against the data")[1]
-    speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
-    assert speed.startswith("Mixed on this hardware")
-    assert "attention (model.dim=512) trains at 0.50x the samples/s of the fastest rnn baseline, gru" in speed
-    assert "attention (model.dim=null) trains at 2.00x" in speed
+    speed = _claim_rows(write_report(tmp_path)[0].read_text(), 2)
+    assert sorted((r["verdict"], r["numbers"].split(" trains at ")[0]) for r in speed
+                  if " trains at " in r["numbers"]) == [
+        ("not supported", "attention (model.dim=512)"), ("supported", "attention (model.dim=null)")]
+    numbers = " ".join(r["numbers"] for r in speed)
+    assert ("attention (model.dim=512) trains at 0.50x the samples/s of the fastest rnn baseline, gru"
+            in numbers)
+    assert "attention (model.dim=null) trains at 2.00x" in numbers
 
 
 def test_attention_examples_are_typed_records_that_own_their_figure(tmp_path):
@@ -235,17 +252,19 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
     markdown = write_report(tmp_path)[0].read_text()
     heads = markdown.split("## Heads ablation")[1].split("\n## ")[0]
     assert [r["heads"] for r in _markdown_rows(heads)] == ["1", "4"]
-    claims = markdown.split("## The article's claims against the data")[1]
-    assert "supported (4 heads 0.905 ± " in claims and "vs 1 head 0.605 ± " in claims
-    assert "difference +0.3 (95% CI" in claims and "seeds 2 vs 2" in claims
-    speed = claims.split("2. Attention is more parallel and faster than RNNs. ")[1].split("\n")[0]
-    assert speed.startswith("Mixed on this hardware")
-    assert "0.25x the samples/s of the fastest conv1d baseline, conv1d" in speed
-    assert "2.00x the samples/s of the fastest rnn baseline, gru" in speed
+    (heads_row,) = _claim_rows(markdown, 1)
+    assert heads_row["verdict"] == "supported"
+    assert heads_row["numbers"].startswith("4 heads 0.905 ± ")
+    assert "vs 1 head 0.605 ± " in heads_row["numbers"]
+    assert "difference +0.3 (95% CI" in heads_row["numbers"] and "seeds 2 vs 2" in heads_row["numbers"]
+    speed = {r["numbers"].split("; ")[0]: r["verdict"] for r in _claim_rows(markdown, 2)}
+    assert speed["attention trains at 0.25x the samples/s of the fastest conv1d baseline, conv1d"] == \
+        "not supported"
+    assert speed["attention trains at 2.00x the samples/s of the fastest rnn baseline, gru"] == "supported"
 
 
 def test_metric_by_length_is_judged_against_each_baseline_family():
-    from bench.analysis import long_range_verdict
+    from bench.analysis import long_range_findings
 
     records = []
     for family, model, (short, long) in (("attention", "attention", (30, 28)), ("rnn", "gru", (25, 15)),
@@ -256,11 +275,13 @@ def test_metric_by_length_is_judged_against_each_baseline_family():
             records.append({"task": "translation", "dataset": "multi30k", "label": model, "seed": seed,
                             "model_family": family, "test_details": {"metric_by_length": {
                                 "unit": "source subword tokens", "metric": "bleu", "buckets": buckets}}})
-    verdict = long_range_verdict(pd.DataFrame(), records)
-    assert ("not supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the "
-            "best conv1d baseline, conv1d, 29 (higher is better; means over 2 seeds") in verdict
-    assert "supported on the longest bucket (13+ source subword tokens): attention bleu 28 vs the best " \
-           "rnn baseline, gru, 15" in verdict
+    findings = {f.numbers.split(" baseline")[0]: f for f in long_range_findings(pd.DataFrame(), records)}
+    conv = findings["13+ source subword tokens: attention bleu 28 vs the best conv1d"]
+    assert conv.verdict == "not supported on the longest bucket"
+    assert conv.numbers.endswith(", conv1d, 29 (higher is better); means over 2 seeds, no per-bucket CI, "
+                                 "so indicative")
+    rnn = findings["13+ source subword tokens: attention bleu 28 vs the best rnn"]
+    assert rnn.verdict == "supported on the longest bucket" and ", gru, 15 " in rnn.numbers
 
 
 def wer_results(root: Path, seeds: int = 3) -> Path:
@@ -288,9 +309,11 @@ def test_a_lower_is_better_metric_is_judged_the_right_way_round(tmp_path):
     one_seed = write_report(wer_results(tmp_path / "one", seeds=1))[0].read_text()
     assert "attention against the best rnn baseline, lstm: wer 0.05 ± - vs 0.03 ± - (lower is better; " \
            "one seed, so no test and no verdict)." in one_seed
-    claims = markdown.split("## The article's claims against the data")[1]
-    assert ("asr/fsdd_strings: supported on the longest bucket (7+ words): attention wer 0.04 vs the best "
-            "rnn baseline, lstm, 0.06 (lower is better") in claims
+    rows = [r for r in _claim_rows(markdown, 3) if "rnn baseline" in r["numbers"]]
+    assert [(r["where"], r["verdict"]) for r in rows] == [
+        ("asr/fsdd_strings", "supported on the longest bucket")]
+    assert rows[0]["numbers"].startswith("7+ words: attention wer 0.04 vs the best rnn baseline, lstm, 0.06 "
+                                         "(lower is better)")
 
 
 def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
@@ -333,9 +356,11 @@ def test_time_to_quality_and_learning_curves(tmp_path):
     assert rows[("best baseline's final", "gru")]["seeds reaching it"] == "1 of 2"  # seed 0 has 0.8
     assert rows[("best baseline's final", "lstm")]["wall time (min)"] == "not reached"
     assert rows[("95% of the best", "attention")]["wall time (min)"] == "3"  # 0.95 * 0.9005 > 0.8
-    claims = markdown.split("## The article's claims against the data")[1]
-    assert ("Time to quality: image/digits: attention reached the best baseline's final validation "
-            "score (0.8005) in 2 min, 0.50x as fast as the quickest rnn baseline, gru (1 min)") in claims
+    ttq = [r for r in _claim_rows(markdown, 2) if r["numbers"].startswith("time to quality")]
+    assert [(r["where"], r["verdict"]) for r in ttq] == [("image/digits", "not supported")]
+    assert ttq[0]["numbers"].startswith("time to quality: attention reached the best baseline's final "
+                                        "validation score (0.8005) in 2 min, 0.50x as fast as the quickest "
+                                        "rnn baseline, gru (1 min)")
 
 
 def test_lower_is_better_time_to_quality_counts_reaching_down():
@@ -354,3 +379,50 @@ def test_lower_is_better_time_to_quality_counts_reaching_down():
     assert ttq.loc[("best baseline's final", "attention"), "wall_s"] == 20.0
     assert ttq.loc[("best baseline's final", "lstm"), "wall_s"] == 20.0
     assert ttq.loc[("95% of the best", "lstm"), "reached"] == 0
+
+
+@pytest.mark.parametrize("values, base", [((800.0, 2750.0), 10), ((1100.0, 1900.0), 10),
+                                          ((3.0, 40_000.0), 10), ((16.0, 1024.0), 2)])
+def test_log_axes_label_plain_numbers_that_do_not_overlap(values, base):
+    import matplotlib.pyplot as plt
+
+    from bench.report import readable_log_axis
+
+    fig, ax = plt.subplots(figsize=(4.2, 3.4))
+    ax.plot(values, [1, 2], marker="o")
+    ax.set_xscale("log", base=base)
+    readable_log_axis(ax.xaxis, base=base)
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+    plt.close(fig)
+    assert len(shown) >= 2
+    assert all("e" not in t.get_text() and "times" not in t.get_text() for t in shown)
+    boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))  # left to right, no overlap
+
+
+def test_attention_distance_is_drawn_and_cited_by_claim_one(tmp_path):
+    # Two seeds of a 2-layer, 3-head model: layer 1's heads look 1, 2 and 4 patches away
+    # (seed 1: 1.2, 2, 3.8), layer 2's all about 3. The GRU has no distance.
+    for seed, layer1 in ((0, [1.0, 2.0, 4.0]), (1, [3.8, 1.2, 2.0])):
+        write_record(tmp_path, f"attn-{seed}", seed=seed, attention_distance={
+            "unit": "patch", "queries": 640, "per_layer_head": [layer1, [3.0, 3.1, 2.9]]})
+        write_record(tmp_path, f"gru-{seed}", model="gru", seed=seed)
+    markdown = write_report(tmp_path)[0].read_text()
+    section = markdown.split("## " + TITLES["distance"])[1].split("\n## ")[0]
+    assert "image / digits: each head's mean attention distance per layer." in section
+    rows = {r["layer"]: r for r in _markdown_rows(section)}
+    assert (rows["1"]["heads"], rows["1"]["seeds"]) == ("3", "2")
+    assert rows["1"]["nearest head"] == "1.1" and rows["1"]["farthest head"] == "3.9"  # means over seeds
+    assert rows["2"]["nearest head"] == "2.9" and rows["2"]["farthest head"] == "3.1"
+    distance = [r for r in _claim_rows(markdown, 1) if r["verdict"] == "descriptive (no test)"]
+    assert [r["where"] for r in distance] == ["image/digits"]
+    assert ("layer 1: 1.1 to 3.9; layer 2: 2.9 to 3.1; widest in layer 1, 3.5x; mean over 2 seeds"
+            in distance[0]["numbers"])
+
+
+def test_a_report_without_distances_says_how_to_get_them(tmp_path):
+    write_record(tmp_path, "gru", model="gru")
+    section = write_report(tmp_path)[0].read_text().split("## " + TITLES["distance"])[1].split("\n## ")[0]
+    assert "No attention distances yet" in section
