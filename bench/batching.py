@@ -6,6 +6,10 @@ of many batches at random, sorts the pool by length and cuts it into batches, so
 examples of similar length; the batch order is then shuffled, so training still sees a new
 mix of lengths every epoch. torch has no such sampler (``BatchSampler`` takes any order but
 does not sort), hence this small one.
+
+``trainer.max_tokens`` batches by size instead (fairseq's ``--max-tokens``): the examples are
+sorted by length once (ties broken by a seeded shuffle) and cut into batches that each hold
+as many as fit under that many padded positions; every epoch shuffles the batches' order.
 """
 
 from __future__ import annotations
@@ -53,6 +57,35 @@ class BucketBatchSampler(Sampler[list[int]]):
             yield batches[i].tolist()
 
 
+class TokenBatchSampler(Sampler[list[int]]):
+    """Batches of similar ``lengths`` holding at most ``max_tokens`` padded positions each
+    (batch size x its longest example), formed once, in a new order every epoch."""
+
+    def __init__(self, lengths: Tensor, max_tokens: int, generator: torch.Generator) -> None:
+        super().__init__()
+        lengths = torch.as_tensor(lengths, dtype=torch.long)
+        if len(lengths) and int(lengths.max()) > max_tokens:
+            raise ValueError(f"an example of {int(lengths.max())} positions does not fit under "
+                             f"max_tokens={max_tokens}")
+        self.generator = generator
+        tie_break = torch.randperm(len(lengths), generator=generator)
+        order = tie_break[torch.argsort(lengths[tie_break], stable=True)].tolist()
+        self.batches: list[list[int]] = []
+        for i in order:  # sorted ascending, so the newest example is the batch's longest
+            batch = self.batches[-1] if self.batches else None
+            if batch is None or (len(batch) + 1) * int(lengths[i]) > max_tokens:
+                self.batches.append([i])
+            else:
+                batch.append(i)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for i in torch.randperm(len(self.batches), generator=self.generator).tolist():
+            yield list(self.batches[i])
+
+
 def padding_share(batches: list[list[int]], lengths: Tensor) -> float:
     """Padded positions over all positions when each batch is padded to its longest example."""
     padded = sum(len(batch) * int(lengths[batch].max()) for batch in batches if batch)
@@ -60,10 +93,14 @@ def padding_share(batches: list[list[int]], lengths: Tensor) -> float:
     return 1.0 - real / padded if padded else 0.0
 
 
-def padding_shares(lengths: Tensor, batch_size: int, seed: int) -> dict[str, float]:
+def padding_shares(lengths: Tensor, batch_size: int, seed: int,
+                   max_tokens: int | None = None) -> dict[str, float]:
     """The padding share of one training epoch, drawn both ways (from generators of their own,
-    so the run's batch order is untouched): what bucketing saves on this data."""
+    so the run's batch order is untouched): what bucketing saves on this data. With
+    ``max_tokens``, the bucketed side is the token-budget batches."""
     random = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed)).split(batch_size)
-    bucketed = BucketBatchSampler(lengths, batch_size, True, torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed)
+    bucketed = (BucketBatchSampler(lengths, batch_size, True, generator) if max_tokens is None
+                else TokenBatchSampler(lengths, max_tokens, generator))
     return {"random": padding_share([b.tolist() for b in random], lengths),
             "bucketed": padding_share(list(bucketed), lengths)}

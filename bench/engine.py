@@ -44,6 +44,7 @@ class TrainerSettings:
     max_steps: Annotated[int, AT_LEAST_1] | None
     batch_size: Annotated[int, AT_LEAST_1]
     batching: Literal["random", "bucketed"]  # bench.batching.BATCHINGS
+    max_tokens: Annotated[int, AT_LEAST_1] | None
     eval_batch_size: Annotated[int, AT_LEAST_1]
     lr: Annotated[float, POSITIVE]
     min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
@@ -143,7 +144,8 @@ def fit(
     ``progress`` draws a bar; ``log_every_s`` logs a progress line that often instead, for
     output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
     epoch would otherwise say nothing until it ends."""
-    train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers, cfg.batching)
+    train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers, cfg.batching,
+                               cfg.get("max_tokens"))
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
 

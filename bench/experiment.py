@@ -99,8 +99,9 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
         "higher_is_better": task.higher_is_better,
         "params": measure.count_parameters(model),
         "model_notes": setup.built.notes,
-        "data": {**splits.info, "batching": task.batching_info(splits.train, cfg.trainer.batching,
-                                                               cfg.trainer.batch_size, cfg.seed)},
+        "data": {**splits.info, "batching": task.batching_info(
+            splits.train, cfg.trainer.batching, cfg.trainer.batch_size, cfg.seed,
+            cfg.trainer.get("max_tokens"))},
         "config": resolved,
         "environment": environment(device),
     }

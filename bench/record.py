@@ -25,7 +25,7 @@ UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "
 # that value a key stays out of the hash, so an earlier record of the same experiment still
 # resumes, and still counts as a seed of the same experiment in tables.
 LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False,
-                                          ("trainer", "batching"): "random"}
+                                          ("trainer", "batching"): "random", ("trainer", "max_tokens"): None}
 # The same for keys a task's config gained later, per task (``task.name``).
 LATER_TASK_KEYS: dict[str, dict[str, Any]] = {"image": {"root": None, "image_size": 32, "channels": 3}}
 # Model configs name their builder (``model._target_``) since model families became one file

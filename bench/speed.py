@@ -318,7 +318,8 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
     initial = copy.deepcopy(model.state_dict())
     compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
     t = run_cfg.trainer
-    loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers, t.batching)
+    loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers, t.batching,
+                         t.get("max_tokens"))
     batches = _in_memory_batches(task, loader, cfg.warmup + cfg.tasks.timed_steps, device)
     batch_size = batches[0][-1].shape[0]
     # Time enough steps for tasks.min_seconds, so fast models are not timed over a few ms.

@@ -26,7 +26,7 @@ from torch.utils.data import (
 )
 
 from bench.attention_examples import AttentionExample, PatchGridExample
-from bench.batching import BATCHINGS, BucketBatchSampler, padding_shares
+from bench.batching import BATCHINGS, BucketBatchSampler, TokenBatchSampler, padding_shares
 from bench.errors import BenchError
 from models.inputs import InputKind
 
@@ -94,15 +94,18 @@ class Task(abc.ABC):
         and what the task needs back."""
 
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
-               num_workers: int = 0, batching: str = "random") -> DataLoader:
+               num_workers: int = 0, batching: str = "random", max_tokens: int | None = None) -> DataLoader:
         """Batches of ``dataset``; ``batching="bucketed"`` groups examples of similar length
         (``bench.batching``), in training and in evaluation, where the task puts outputs
-        back in order by each batch's index column."""
+        back in order by each batch's index column. ``max_tokens`` (training batches only)
+        sizes each bucketed batch by padded positions instead of ``batch_size``."""
         generator = torch.Generator().manual_seed(seed)
-        lengths = self._lengths(dataset, batching)
+        lengths = self._lengths(dataset, batching, max_tokens)
         if batching == "bucketed":
-            return DataLoader(dataset, sampler=BucketBatchSampler(lengths, batch_size, shuffle, generator),
-                              batch_size=None, num_workers=num_workers,
+            by_tokens = max_tokens is not None and shuffle
+            sampler = (self._token_sampler(lengths, max_tokens, generator) if by_tokens
+                       else BucketBatchSampler(lengths, batch_size, shuffle, generator))
+            return DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=num_workers,
                               persistent_workers=num_workers > 0)
         if isinstance(dataset, BatchDataset | TensorDataset):
             # A batch of in-memory tensors is one indexing op per tensor, not one per sample
@@ -117,24 +120,39 @@ class Task(abc.ABC):
             persistent_workers=num_workers > 0,
         )
 
-    def batching_info(self, dataset: Dataset, batching: str, batch_size: int, seed: int) -> dict:
+    def batching_info(self, dataset: Dataset, batching: str, batch_size: int, seed: int,
+                      max_tokens: int | None = None) -> dict:
         """What the record says of the training batches: the batching and, for examples of
         varying length, one epoch's padding share (padded / all positions) both ways."""
-        lengths = self._lengths(dataset, batching)
+        lengths = self._lengths(dataset, batching, max_tokens)
         info: dict[str, Any] = {"mode": batching}
+        if max_tokens is not None:
+            sampler = self._token_sampler(lengths, max_tokens, torch.Generator().manual_seed(seed))
+            info.update(max_tokens=max_tokens, batches_per_epoch=len(sampler))
         if lengths is not None:
-            info["padding_share"] = padding_shares(lengths, batch_size, seed)
+            info["padding_share"] = padding_shares(lengths, batch_size, seed, max_tokens)
         return info
 
-    def _lengths(self, dataset: Dataset, batching: str) -> Tensor | None:
+    def _lengths(self, dataset: Dataset, batching: str, max_tokens: int | None = None) -> Tensor | None:
         if batching not in BATCHINGS:
             raise BenchError(f"unknown trainer.batching '{batching}'; choose one of {', '.join(BATCHINGS)}")
+        if max_tokens is not None and batching != "bucketed":
+            raise BenchError(f"trainer.max_tokens={max_tokens} sizes bucketed batches: add "
+                             f"trainer.batching=bucketed, or drop trainer.max_tokens")
         lengths = dataset.example_lengths() if isinstance(dataset, BatchDataset) else None
         if batching == "bucketed" and lengths is None:
             raise BenchError(f"trainer.batching=bucketed needs examples of varying length; task "
                              f"'{self.name}' (dataset '{self.dataset}') has none: use "
                              f"trainer.batching=random")
         return lengths
+
+    @staticmethod
+    def _token_sampler(lengths: Tensor, max_tokens: int, generator: torch.Generator) -> TokenBatchSampler:
+        longest = int(lengths.max())
+        if longest > max_tokens:
+            raise BenchError(f"trainer.max_tokens={max_tokens} is less than the longest training "
+                             f"example ({longest} positions): raise it to at least {longest}")
+        return TokenBatchSampler(lengths, max_tokens, generator)
 
     @staticmethod
     def to_device(batch: Batch, device: torch.device) -> Batch:

@@ -298,6 +298,14 @@ CATALOGUE: dict[str, Case] = {
                              "trainer.batching must be one of random, bucketed"),
     "bucketed-fixed-length-data": Case([*DIGITS, "trainer.batching=bucketed"],
                                        "trainer.batching=bucketed needs examples of varying length"),
+    "max-tokens-zero": Case([*NUMBERS, "trainer.batching=bucketed", "trainer.max_tokens=0"],
+                            "trainer.max_tokens must be >= 1, got 0"),
+    "max-tokens-without-bucketing": Case([*NUMBERS, "trainer.max_tokens=512"],
+                                         "trainer.max_tokens=512 sizes bucketed batches: add "
+                                         "trainer.batching=bucketed"),
+    "max-tokens-below-longest-example": Case([*NUMBERS, "trainer.batching=bucketed", "trainer.max_tokens=2"],
+                                             "trainer.max_tokens=2 is less than the longest training "
+                                             "example"),
     "seed-not-whole": Case([*DIGITS, "seed=1.5"], "seed must be an integer, got 1.5"),
     "force-not-bool": Case([*DIGITS, "force=maybe"], "force must be true or false"),
     "impossible-value-in-suite-sweep": Case(["run", "-m", "suite=claims_heads", "model.dim=12"],

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from bench.batching import BucketBatchSampler, padding_share
+from bench.batching import BucketBatchSampler, TokenBatchSampler, padding_share
 from bench.errors import BenchError
 from bench.text_pairs import PairDataset
 from models.rnn import RNNEncoder
@@ -99,3 +99,47 @@ def test_the_padded_rnn_path_matches_packed_sequences(cell, bidirectional):
                                  torch.cat(list(hidden[-encoder.directions:]), dim=-1))
     torch.testing.assert_close(padded, expected)  # outputs, summary and every weight's gradient
     assert padded[2]["rnn.weight_hh_l1"].abs().sum() > 0
+
+
+def _token_epochs(lengths, max_tokens=600, seed=0, epochs=2):
+    sampler = TokenBatchSampler(lengths, max_tokens, torch.Generator().manual_seed(seed))
+    return [list(sampler) for _ in range(epochs)], len(sampler)
+
+
+def test_token_batches_hold_every_example_once_and_stay_under_the_budget():
+    lengths = _lengths(1003)
+    (first, second), count = _token_epochs(lengths)
+    for epoch in (first, second):
+        assert sorted(i for batch in epoch for i in batch) == list(range(1003)) and len(epoch) == count
+        assert all(len(b) * int(lengths[b].max()) <= 600 for b in epoch)
+    assert first != second and sorted(first) == sorted(second)  # same batches, a new order
+    sizes = {int(lengths[b].max()): len(b) for b in first}
+    assert sizes[min(sizes)] > sizes[max(sizes)]  # short examples travel in bigger batches
+    # Greedy: no batch could have taken the next example of the sorted order.
+    assert padding_share(first, lengths) < 0.05
+
+
+def test_token_batches_are_deterministic_for_a_seed():
+    lengths = _lengths()
+    assert _token_epochs(lengths, seed=5)[0] == _token_epochs(lengths, seed=5)[0]
+    assert _token_epochs(lengths, seed=5)[0] != _token_epochs(lengths, seed=6)[0]
+
+
+def test_token_budget_below_the_longest_example_is_refused():
+    with pytest.raises(ValueError, match="does not fit under max_tokens=10"):
+        TokenBatchSampler(torch.tensor([3, 11]), 10, torch.Generator())
+
+
+def test_a_pair_loader_with_max_tokens_sizes_training_batches_by_positions():
+    src = [[5] * n for n in (7, 1, 4, 9, 2, 2, 8, 3)]
+    dataset = PairDataset(src, [[6]] * 8, ["s"] * 8, ["t"] * 8)
+    task = ImageTask.__new__(ImageTask)
+    task.name, task.dataset = "image", "digits"
+    batches = list(task.loader(dataset, 2, shuffle=True, seed=0, batching="bucketed", max_tokens=9))
+    assert sorted(i for b in batches for i in b[-1].tolist()) == list(range(8))
+    assert all(b[0].shape[0] * b[0].shape[1] <= 9 for b in batches)
+    assert max(b[0].shape[0] for b in batches) > 2  # not capped by batch_size
+    info = task.batching_info(dataset, "bucketed", 2, 0, max_tokens=9)
+    assert info["max_tokens"] == 9 and info["batches_per_epoch"] == len(batches)
+    evaluation = list(task.loader(dataset, 2, shuffle=False, seed=0, batching="bucketed", max_tokens=9))
+    assert all(b[0].shape[0] <= 2 for b in evaluation)  # evaluation keeps its batch size

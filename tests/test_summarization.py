@@ -130,11 +130,13 @@ def test_tiny_run_on_a_jsonl_folder(tmp_path):
     out = run_cli("run", "task=summarization", "task.dataset=jsonl", f"task.root={root}",
                   "task.document_key=article", "task.summary_key=title", "task.vocab_size=40",
                   *[a for a in BUDGET if not a.startswith("task.vocab_size")], "model=lstm",
-                  f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}")
+                  "trainer.max_tokens=200", f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}")
     assert out.returncode == 0, out.stderr
     (rec,) = read_records(tmp_path / "r")
     check_summary_record(rec, 5)
     assert rec["data"]["references_per_example"]["test"] == 2
+    batching = rec["data"]["batching"]  # 200 positions hold fewer of these than batch_size 16
+    assert batching["max_tokens"] == 200 and batching["batches_per_epoch"] > 60 // 16 + 1
 
 
 def test_aeslc_splits_train_on_the_subject_and_score_against_the_annotations(tmp_path):
