@@ -279,17 +279,24 @@ def _curve_panel(ax, group: pd.DataFrame, x: str, scale: float, xlabel: str) -> 
     ax.legend(fontsize=7)
 
 
+def opened(key: str, empty: bool, missing: str, intro: str) -> Section:
+    """A section that starts with what it shows, or, without data, with how to get some."""
+    s = Section(key, TITLES[key])
+    s.text(missing if empty else intro)
+    return s
+
+
 def quality_section(records: list[dict]) -> Section:
-    s = Section("quality", TITLES["quality"])
     curves = learning_curves(records)
+    s = opened("quality", curves.empty,
+               "No learning curves yet: runs record the wall time of each validation since this "
+               "version; run `mhab run -m suite=quick`.",
+               "Validation metric against epoch and against wall time (training and validation), "
+               "mean over seeds with their min-max band. Time to quality: the wall time and "
+               "training samples each model needed to first reach a target on validation, mean "
+               "over the seeds that reached it.")
     if curves.empty:
-        s.text("No learning curves yet: runs record the wall time of each validation since this "
-               "version; run `mhab run -m suite=quick`.")
         return s
-    s.text("Validation metric against epoch and against wall time (training and validation), "
-           "mean over seeds with their min-max band. Time to quality: the wall time and training "
-           "samples each model needed to first reach a target on validation, mean over the seeds "
-           "that reached it.")
     ttq = time_to_quality(curves)
     for (task, dataset), group in curves.groupby(["task", "dataset"]):
         metric = group["metric_name"].iloc[0]
@@ -357,17 +364,17 @@ def heads_section(agg: pd.DataFrame) -> Section:
 
 
 def distance_section(records: list[dict]) -> Section:
-    s = Section("distance", TITLES["distance"])
     distances = attention_distances(records)
+    s = opened("distance", distances.empty,
+               "No attention distances yet: attention runs record each head's mean attention "
+               "distance per layer over the test set.",
+               "Each head's mean attention distance per layer over the test set (as in the ViT "
+               "paper, Fig. 7): for every query token, the distance to each key weighted by "
+               "attention, in the input's units (patches on the grid, tokens, frames); cls tokens "
+               "and padding left out. A dot is one head of one seed; the table gives the nearest- "
+               "and farthest-looking head, mean over seeds.")
     if distances.empty:
-        s.text("No attention distances yet: attention runs record each head's mean attention "
-               "distance per layer over the test set.")
         return s
-    s.text("Each head's mean attention distance per layer over the test set (as in the ViT paper, "
-           "Fig. 7): for every query token, the distance to each key weighted by attention, in the "
-           "input's units (patches on the grid, tokens, frames); cls tokens and padding left out. A "
-           "dot is one head of one seed; the table gives the nearest- and farthest-looking head, "
-           "mean over seeds.")
     spread = distance_spread(distances)
     for (task, dataset), group in distances.groupby(["task", "dataset"]):
         models = sorted(group["model"].unique())
