@@ -355,7 +355,8 @@ def attention_distances(records: list[dict]) -> pd.DataFrame:
             for head, value in enumerate(heads, start=1):
                 rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
                              "seed": r["seed"], "unit": recorded["unit"], "layer": layer,
-                             "head": head, "distance": value})
+                             "head": head, "distance": value,
+                             "uniform": recorded.get("uniform", math.nan)})
     return pd.DataFrame(rows)
 
 
@@ -365,11 +366,13 @@ def distance_spread(distances: pd.DataFrame) -> pd.DataFrame:
     seeds: heads are not matched across seeds), and the mean over heads."""
     keys = ["task", "dataset", "model", "unit", "layer"]
     if distances.empty:
-        return pd.DataFrame(columns=[*keys, "heads", "seeds", "nearest", "farthest", "mean"])
-    per_seed = distances.groupby([*keys, "seed"])["distance"].agg(["min", "max", "mean", "count"])
+        return pd.DataFrame(columns=[*keys, "heads", "seeds", "nearest", "farthest", "mean", "uniform"])
+    per_seed = distances.groupby([*keys, "seed"]).agg(
+        nearest=("distance", "min"), farthest=("distance", "max"), mean=("distance", "mean"),
+        heads=("distance", "count"), uniform=("uniform", "first"))
     return per_seed.groupby(keys).agg(
-        heads=("count", "max"), seeds=("count", "size"), nearest=("min", "mean"),
-        farthest=("max", "mean"), mean=("mean", "mean"),
+        heads=("heads", "max"), seeds=("heads", "size"), nearest=("nearest", "mean"),
+        farthest=("farthest", "mean"), mean=("mean", "mean"), uniform=("uniform", "mean"),
     ).reset_index()
 
 
@@ -385,9 +388,11 @@ def distance_findings(spread: pd.DataFrame) -> list[Finding]:
                            for r in group.sort_values("layer").itertuples())
         ratio = group["farthest"] / group["nearest"].clip(lower=1e-9)
         widest = group.loc[ratio.idxmax()]
+        uniform = group["uniform"].mean()
+        even = "" if math.isnan(uniform) else f"; even attention over all keys: {fmt(uniform, 2)}"
         findings.append(Finding(
             f"{task}/{dataset}", "descriptive (no test)",
-            f"{model}'s heads attend from the nearest to the farthest at mean distances ({unit}s) "
+            f"{model}'s heads, nearest- to farthest-looking, attend at mean distances in {unit} units: "
             f"{layers}; widest in layer {widest['layer']}, {widest['farthest'] / widest['nearest']:.1f}x; "
-            f"mean over {seeds} seed{'s' if seeds > 1 else ''}"))
+            f"mean over {seeds} seed{'s' if seeds > 1 else ''}{even}"))
     return findings

@@ -275,6 +275,8 @@ def _curve_panel(ax, group: pd.DataFrame, x: str, scale: float, xlabel: str) -> 
         ax.plot(mean_x, metric.mean(), marker="o", markersize=3, label=model)
         if runs["seed"].nunique() > 1:
             ax.fill_between(mean_x, metric.min(), metric.max(), alpha=0.2)
+    if x == "epoch":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.legend(fontsize=7)
 
@@ -372,7 +374,8 @@ def distance_section(records: list[dict]) -> Section:
                "paper, Fig. 7): for every query token, the distance to each key weighted by "
                "attention, in the input's units (patches on the grid, tokens, frames); cls tokens "
                "and padding left out. A dot is one head of one seed; the table gives the nearest- "
-               "and farthest-looking head, mean over seeds.")
+               "and farthest-looking head, mean over seeds, and the distance even attention over "
+               "every key would give (dashed), which heads are read against.")
     if distances.empty:
         return s
     spread = distance_spread(distances)
@@ -382,10 +385,13 @@ def distance_section(records: list[dict]) -> Section:
         for i, model in enumerate(models):
             runs = group[group["model"] == model]
             offset = (i - (len(models) - 1) / 2) * 0.12
-            ax.scatter(runs["layer"] + offset, runs["distance"], s=14, alpha=0.7, label=model)
+            dots = ax.scatter(runs["layer"] + offset, runs["distance"], s=14, alpha=0.7, label=model)
+            if runs["uniform"].notna().any():
+                ax.axhline(runs["uniform"].mean(), color=dots.get_facecolor()[0], linestyle="--",
+                           linewidth=1, label=f"{model}: even attention")
         ax.set_xticks(sorted(group["layer"].unique()))
         ax.set_xlabel("layer")
-        ax.set_ylabel(f"mean attention distance ({group['unit'].iloc[0]}s)")
+        ax.set_ylabel(f"mean attention distance ({group['unit'].iloc[0]} units)")
         ax.set_title(f"{task} / {dataset}")
         ax.legend(fontsize=7)
         s.figure(f"{task} / {dataset}: each head's mean attention distance per layer.", fig)
@@ -395,6 +401,7 @@ def distance_section(records: list[dict]) -> Section:
             "nearest head": rows["nearest"].map(lambda v: fmt(v, 3)),
             "farthest head": rows["farthest"].map(lambda v: fmt(v, 3)),
             "mean over heads": rows["mean"].map(lambda v: fmt(v, 3)),
+            "even attention": rows["uniform"].map(lambda v: fmt(v, 3)),
             "unit": rows["unit"],
         }))
     return s

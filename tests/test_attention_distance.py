@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.attention_distance import distance_sums, mean_attention_distance
+from bench.attention_distance import distance_sums, mean_attention_distance, uniform_sum
 from models.ctc import TransformerTranscriber
 from models.patch import PatchTransformerClassifier
 from models.seq2seq import TransformerSeq2Seq
@@ -36,6 +36,8 @@ def test_distance_on_a_grid_is_euclidean():
     sums, queries = distance_sums(SelfAttentionMaps([other[None, None]], coordinates, "patch"))
     assert queries == 2
     torch.testing.assert_close(sums / queries, torch.tensor([[math.sqrt(2)]]))
+    # evenly over both keys: half of 0 and half of sqrt(2), for each query
+    assert uniform_sum(coordinates) / queries == pytest.approx(math.sqrt(2) / 2)
 
 
 def test_sequence_coordinates_mark_padding():
@@ -78,6 +80,9 @@ def test_models_place_their_tokens(name):
     per_layer_head = torch.tensor(distance["per_layer_head"])
     assert per_layer_head.shape == (2, 2) and (per_layer_head > 0).all()
     assert distance["queries"] == int(placed.sum())
+    even = [torch.full_like(m, 1.0) for m in observed.maps]  # renormalised over placed keys
+    even_sums, _ = distance_sums(SelfAttentionMaps(even, observed.coordinates, unit))
+    assert distance["uniform"] == pytest.approx(float(even_sums[0, 0]) / distance["queries"], rel=1e-5)
 
 
 def test_models_without_self_attention_have_no_distance():

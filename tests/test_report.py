@@ -407,7 +407,8 @@ def test_attention_distance_is_drawn_and_cited_by_claim_one(tmp_path):
     # (seed 1: 1.2, 2, 3.8), layer 2's all about 3. The GRU has no distance.
     for seed, layer1 in ((0, [1.0, 2.0, 4.0]), (1, [3.8, 1.2, 2.0])):
         write_record(tmp_path, f"attn-{seed}", seed=seed, attention_distance={
-            "unit": "patch", "queries": 640, "per_layer_head": [layer1, [3.0, 3.1, 2.9]]})
+            "unit": "patch", "queries": 640, "per_layer_head": [layer1, [3.0, 3.1, 2.9]],
+            "uniform": 2.5 + seed})
         write_record(tmp_path, f"gru-{seed}", model="gru", seed=seed)
     markdown = write_report(tmp_path)[0].read_text()
     section = markdown.split("## " + TITLES["distance"])[1].split("\n## ")[0]
@@ -416,10 +417,11 @@ def test_attention_distance_is_drawn_and_cited_by_claim_one(tmp_path):
     assert (rows["1"]["heads"], rows["1"]["seeds"]) == ("3", "2")
     assert rows["1"]["nearest head"] == "1.1" and rows["1"]["farthest head"] == "3.9"  # means over seeds
     assert rows["2"]["nearest head"] == "2.9" and rows["2"]["farthest head"] == "3.1"
+    assert rows["1"]["even attention"] == "3"  # the seeds' 2.5 and 3.5
     distance = [r for r in _claim_rows(markdown, 1) if r["verdict"] == "descriptive (no test)"]
     assert [r["where"] for r in distance] == ["image/digits"]
-    assert ("layer 1: 1.1 to 3.9; layer 2: 2.9 to 3.1; widest in layer 1, 3.5x; mean over 2 seeds"
-            in distance[0]["numbers"])
+    assert ("in patch units: layer 1: 1.1 to 3.9; layer 2: 2.9 to 3.1; widest in layer 1, 3.5x; mean "
+            "over 2 seeds; even attention over all keys: 3" in distance[0]["numbers"])
 
 
 def test_a_report_without_distances_says_how_to_get_them(tmp_path):
