@@ -97,13 +97,7 @@ class MLflowLogger(RunLogger):
         import mlflow  # an optional extra: pip install 'mha-bench[mlflow]'
 
         self.mlflow = mlflow
-        name = f"mha-bench/{base['task']}/{base['dataset']}"
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
-            mlflow.set_tracking_uri(f"sqlite:///{(results_dir / 'mlflow.db').resolve()}")
-            if mlflow.get_experiment_by_name(name) is None:  # artifacts beside the store, not in ./mlruns
-                with contextlib.suppress(mlflow.exceptions.MlflowException):  # a parallel worker made it
-                    mlflow.create_experiment(name, (results_dir / "mlartifacts").resolve().as_uri())
-        mlflow.set_experiment(name)
+        use_experiment(mlflow, results_dir, f"mha-bench/{base['task']}/{base['dataset']}")
         self.run = mlflow.start_run(run_name=base["run_id"], tags={
             key: str(base[key]) for key in ("task", "dataset", "model", "model_family", "variant",
                                             "seed", "config_hash", "run_id") if key in base})
@@ -123,6 +117,46 @@ class MLflowLogger(RunLogger):
 
     def abort(self, status: str) -> None:
         self.mlflow.end_run(status="KILLED" if status == "interrupted" else "FAILED")
+
+
+REPORT_EXPERIMENT = "mha-bench/reports"
+_LOCAL_STORES: set[str] = set()  # the tracking URIs this process set itself
+
+
+def use_experiment(mlflow: Any, results_dir: Path, name: str) -> None:
+    """Point MLflow at the user's tracking server (``MLFLOW_TRACKING_URI``) or else at the
+    results dir's own SQLite store, with artifacts beside it rather than in ./mlruns, and
+    make ``name`` the active experiment. ``mlflow.set_tracking_uri`` also writes the
+    environment variable, so a URI this process set is not mistaken for the user's when the
+    next run (a sweep from Python) has another results dir."""
+    user_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not user_uri or user_uri in _LOCAL_STORES:
+        local = f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+        _LOCAL_STORES.add(local)
+        mlflow.set_tracking_uri(local)
+        if mlflow.get_experiment_by_name(name) is None:
+            with contextlib.suppress(mlflow.exceptions.MlflowException):  # a parallel worker made it
+                mlflow.create_experiment(name, (results_dir / "mlartifacts").resolve().as_uri())
+    mlflow.set_experiment(name)
+
+
+def publish_report(results_dir: Path, records: list[dict[str, Any]], files: list[Path]) -> None:
+    """Where the results dir's runs were logged to MLflow (a record says ``logger: mlflow``),
+    the report's files become the artifacts of an MLflow run named after the results dir, in
+    the same store, so the report sits beside the runs it reads. Like a run's logger, it is a
+    side channel: a failure is logged once and the report stands."""
+    if not any((r.get("config") or {}).get("logger") == "mlflow" for r in records):
+        return
+    try:
+        import mlflow
+
+        use_experiment(mlflow, results_dir, REPORT_EXPERIMENT)
+        with mlflow.start_run(run_name=f"report {results_dir.resolve().name}",
+                              tags={"results_dir": str(results_dir.resolve()), "runs": str(len(records))}):
+            for path in files:
+                mlflow.log_artifact(str(path))
+    except Exception as e:  # noqa: BLE001 - any failure of a side channel, reported once
+        log.warning("the report was written, but not logged to MLflow (%s: %s)", type(e).__name__, e)
 
 
 def hyper_parameters(config: dict[str, Any]) -> dict[str, Any]:

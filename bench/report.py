@@ -40,6 +40,7 @@ from bench.analysis import (  # noqa: E402
 )
 from bench.attention_examples import load_example  # noqa: E402
 from bench.io import atomic_write, atomic_write_text  # noqa: E402
+from bench.loggers import publish_report  # noqa: E402
 from bench.results import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
 
 TITLES = dict(
@@ -565,7 +566,9 @@ def write_report(results_dir: str | Path) -> list[Path]:
     markdown, images = to_markdown(sections)
     for name, png in images.items():
         atomic_write(results_dir / name, lambda f, data=png: f.write(data))
-    return [
+    written = [
         atomic_write_text(results_dir / "report.md", markdown),
         atomic_write_text(results_dir / "report.html", to_html(sections)),
     ]
+    publish_report(results_dir, read_records(results_dir), written)
+    return written

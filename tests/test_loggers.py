@@ -91,8 +91,9 @@ def test_hyper_parameters_are_the_configs_flat_scalars():
                     "trainer.compile": False, "seed": 3}
 
 
-def test_mlflow_run_in_a_local_sqlite_store(tmp_path):
+def test_mlflow_run_in_a_local_sqlite_store(tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set_tracking_uri below writes it
     rec, run_dir = _run(tmp_path, "mlflow")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["mha-bench/image/digits"], output_format="list")
@@ -106,3 +107,44 @@ def test_mlflow_run_in_a_local_sqlite_store(tmp_path):
     assert [m.value for m in history] == pytest.approx([h["val_metric"] for h in rec["history"]])
     artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)]
     assert "record.json" in artifacts and list((tmp_path / "mlartifacts").glob("**/record.json"))
+
+
+def test_the_report_of_mlflow_runs_is_logged_beside_them(tmp_path, caplog, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from bench.report import write_report
+
+    _run(tmp_path, "mlflow")
+    write_report(tmp_path)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = mlflow.search_runs(experiment_names=["mha-bench/reports"], output_format="list")
+    assert run.info.run_name == f"report {tmp_path.name}" and run.data.tags["runs"] == "1"
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert artifacts == {"report.md", "report.html"}
+    # A store that cannot be written leaves the report written and says so once.
+    (tmp_path / "mlflow.db").write_text("not a database")
+    paths = write_report(tmp_path)
+    assert all(p.is_file() for p in paths) and "not logged to MLflow" in caplog.text
+
+
+def test_a_report_of_runs_without_mlflow_makes_no_store(tmp_path):
+    from bench.report import write_report
+
+    _run(tmp_path, "csv")
+    write_report(tmp_path)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_runs_in_one_process_log_to_their_own_results_dirs_store(tmp_path, monkeypatch):
+    """mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI; the second run of a Python
+    session must not take the first one's store for the user's server."""
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from bench import api
+
+    for name in ("first", "second"):
+        api.run([*TINY[1:], f"results_dir={tmp_path / name}", "logger=mlflow"])
+    for name in ("first", "second"):
+        mlflow.set_tracking_uri(f"sqlite:///{(tmp_path / name / 'mlflow.db').resolve()}")
+        runs = mlflow.search_runs(experiment_names=["mha-bench/image/digits"], output_format="list")
+        assert len(runs) == 1, name
