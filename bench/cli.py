@@ -119,6 +119,7 @@ def table_command(args: list[str]) -> int:
                     "and 95% CI over seeds.")
     parser.add_argument("results_dir", nargs="?", default="results")
     ns = parser.parse_args(args)
+    from bench.analysis import fmt
     from bench.results import aggregate, load, save, summary_columns
 
     frame = load(ns.results_dir)
@@ -126,7 +127,6 @@ def table_command(args: list[str]) -> int:
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
         return 1
     paths = save(frame, ns.results_dir)
-    fmt = lambda v: f"{v:.4g}"
     print(frame[summary_columns(frame)].to_string(index=False, float_format=fmt))
     print()
     print(aggregate(frame).drop(columns="values").to_string(index=False, float_format=fmt))
@@ -160,6 +160,7 @@ def speed_command(args: list[str]) -> int:
         print((Path(CONF_DIR) / "speed.yaml").read_text())
         return 0
     from bench import speed, speed_analysis
+    from bench.analysis import fmt
     from bench.experiment import show_progress
     from bench.results import save
 
@@ -170,7 +171,6 @@ def speed_command(args: list[str]) -> int:
     shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
              "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
              "engine_overhead_ci_low", "engine_overhead_ci_high", "data_share"]
-    fmt = lambda v: f"{v:.4g}"
     table = frame[frame["section"] != "reference"]  # the rounds are summed up in the targets
     if table["sdpa_backend"].nunique() > 1 or (table["status"] != "ok").any():
         shown[2:2] = ["sdpa_backend", "status"]

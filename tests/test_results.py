@@ -133,3 +133,10 @@ def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path
     assert out.returncode == 0, out.stderr
     assert "skipping: already recorded ok" in out.stdout + out.stderr
     assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
+
+
+def test_table_prints_numbers_for_reading(tmp_path):
+    _fake_record(tmp_path, "big", params=143_274, flops_per_sample=16_170_000.0)
+    out = run_cli("table", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "143,274" in out.stdout and "16,170,000" in out.stdout and "e+0" not in out.stdout
