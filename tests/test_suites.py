@@ -183,3 +183,11 @@ def test_sigterm_records_the_run_it_cut_short(tmp_path):
     (rec,) = read_records(tmp_path)
     assert rec["status"] == "interrupted" and "SIGTERM" in rec["error"]
     assert not _in_progress(tmp_path)
+
+
+def test_the_fast_translation_recipe_is_the_translation_recipe_bucketed_in_8_epochs():
+    fast = _compose(["task=translation", "trainer=translation_fast"]).trainer
+    shipped = _compose(["task=translation"]).trainer
+    assert (fast.epochs, fast.batching, shipped.epochs, shipped.batching) == (8, "bucketed", 15, "random")
+    assert {k: v for k, v in fast.items() if k not in ("epochs", "batching")} == \
+        {k: v for k, v in shipped.items() if k not in ("epochs", "batching")}
