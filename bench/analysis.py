@@ -137,9 +137,6 @@ class Finding:
     verdict: str  # supported, contradicted, inconclusive, not supported, no data, ...
     numbers: str  # what the verdict rests on, in words
 
-    def text(self) -> str:
-        return f"{self.where}: {self.verdict} ({self.numbers})"
-
 
 def no_data(how: str) -> list[Finding]:
     return [Finding("-", "no data", how)]

@@ -496,9 +496,7 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) 
 
 
 # ---------------------------------------------------------------- writing
-def build(results_dir: str | Path) -> list[Section]:
-    results_dir = Path(results_dir)
-    all_records = read_records(results_dir)
+def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
     frame = to_frame(all_records)
     # The records the aggregate counts (ok, latest of a rerun), each named as in the tables.
     labels = {r.run_id: label(r.model, r.variant, r.setting) for r in latest_ok(frame).itertuples()}
@@ -562,7 +560,8 @@ def to_html(sections: list[Section]) -> str:
 
 def write_report(results_dir: str | Path) -> list[Path]:
     results_dir = Path(results_dir)
-    sections = build(results_dir)
+    all_records = read_records(results_dir)
+    sections = build(results_dir, all_records)
     markdown, images = to_markdown(sections)
     for name, png in images.items():
         atomic_write(results_dir / name, lambda f, data=png: f.write(data))
@@ -570,5 +569,5 @@ def write_report(results_dir: str | Path) -> list[Path]:
         atomic_write_text(results_dir / "report.md", markdown),
         atomic_write_text(results_dir / "report.html", to_html(sections)),
     ]
-    publish_report(results_dir, read_records(results_dir), written)
+    publish_report(results_dir, all_records, written)
     return written
