@@ -229,6 +229,39 @@ def data_command(args: list[str]) -> int:
     return 0
 
 
+def estimate_command(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mhab estimate",
+        description="Estimate the wall time of 'mhab run -m OVERRIDES' on this machine from the "
+                    "records of runs of the same experiments (same config hash; the seed, "
+                    "results_dir and paths do not count): per task and model, and in total.",
+        epilog="example: mhab estimate suite=standard --records results/standard --records results/evidence")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="as for 'mhab run -m'")
+    parser.add_argument("--records", action="append", metavar="DIR",
+                        help="a results dir whose records to read (repeatable; default: the "
+                             "sweep's own results_dir)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="also the wall time on N parallel workers (hydra/launcher=joblib "
+                             "hydra.launcher.n_jobs=N), runs dispatched in the sweep's order")
+    ns = parser.parse_args(args)
+    if ns.jobs < 1:
+        raise BenchError(f"--jobs must be >= 1, got {ns.jobs}")
+    from bench import estimate
+    from bench.analysis import fmt
+    from bench.config import sweep_jobs
+
+    records = ns.records or [compose_config("config", sweep_jobs(ns.overrides)[0], "estimate").results_dir]
+    estimate.check_results_dirs(records)
+    jobs = estimate.estimate_jobs(ns.overrides, records)
+    if jobs["wall_time_s"].isna().all():
+        error(f"no ok record under {', '.join(records)} is of an experiment this sweep runs; "
+              f"pass --records DIR for the results dir that holds them")
+        return 1
+    print(estimate.by_task_and_model(jobs).to_string(index=False, float_format=fmt))
+    print(f"\n{estimate.summary(jobs, ns.jobs)}")
+    return 0
+
+
 COMMANDS = {
     "run": (run_command, "run one experiment, or a sweep with -m (Hydra overrides; "
                          "'mhab run --help' lists config groups)"),
@@ -237,6 +270,8 @@ COMMANDS = {
     "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
     "speed": (speed_command, "throughput, FLOP rate and memory of the core against torch and timm, "
                              "and of every task's models (writes speed.csv)"),
+    "estimate": (estimate_command, "the wall time a sweep would take here, from the records of "
+                                   "runs of the same experiments"),
     "data": (data_command, "'data check' verifies the data root (sha256); 'data download NAME' "
                            "fetches a dataset into it"),
 }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -60,23 +61,34 @@ def parse_overrides(overrides: list[str]) -> list:
     return parsed
 
 
-def sweep_points(overrides: list[str]) -> list[list[str]]:
-    """Concrete override lists that together use every value of every sweep: the first value
-    of each sweep, then each further value of one sweep with the others at their first. Each
-    is validated before anything runs, so one impossible value stops the sweep up front."""
-    parsed = parse_overrides(overrides)
+def _sweep_values(overrides: list[str]) -> list[list[str]]:
+    """Each override as the list of ``key=value`` overrides it stands for (one unless it sweeps)."""
     values = []
-    for override, text in zip(parsed, overrides, strict=True):
+    for override, text in zip(parse_overrides(overrides), overrides, strict=True):
         if override.is_sweep_override():
             key = override.get_key_element()
             values.append([f"{key}={v}" for v in override.sweep_string_iterator()])
         else:
             values.append([text])
+    return values
+
+
+def sweep_points(overrides: list[str]) -> list[list[str]]:
+    """Concrete override lists that together use every value of every sweep: the first value
+    of each sweep, then each further value of one sweep with the others at their first. Each
+    is validated before anything runs, so one impossible value stops the sweep up front."""
+    values = _sweep_values(overrides)
     first = [options[0] for options in values]
     points = [first]
     for i, options in enumerate(values):
         points += [first[:i] + [option] + first[i + 1:] for option in options[1:]]
     return points
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The override list of every run ``mhab run -m OVERRIDES`` starts: the product of the
+    suite's sweeps and the command line's, as Hydra's basic sweeper makes it."""
+    return [list(job) for job in itertools.product(*_sweep_values([*suite_sweeps(overrides), *overrides]))]
 
 
 def suite_sweeps(overrides: list[str]) -> list[str]:

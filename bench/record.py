@@ -69,6 +69,10 @@ def config_hash(cfg: DictConfig | dict) -> str:
     its family had before configs named it (``BUILDER_OF_FAMILY``)."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
+    # A suite is a `# @package _global_` override, so its runs have no `suite` key where a run
+    # alone has `suite: {}`: hashed alike, a suite's run resumes and groups with the same
+    # experiment run on its own.
+    data.setdefault("suite", {})
     data = with_later_keys(data, present=False)
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

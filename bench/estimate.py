@@ -1,0 +1,106 @@
+"""How long a sweep would take on this machine, from the wall times of runs already recorded.
+
+Each run the sweep would start is composed as ``mhab run`` composes it; its config hash (which
+leaves out the seed, results_dir and the other keys that do not change what is trained) finds
+the recorded runs of the same experiment, in any results dir given. The estimate of a run is
+the wall time of its own seed's record, else the mean over the experiment's other seeds; a
+run with no record of its experiment is counted apart, never guessed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+from statistics import mean
+
+import pandas as pd
+
+from bench.config import compose_config, sweep_jobs
+from bench.errors import BenchError
+from bench.record import config_hash
+from bench.results import read_records
+
+GROUP = ["task", "dataset", "model"]
+
+
+def recorded_wall_times(results_dirs: list[str | Path]) -> dict[str, dict[int, list[dict]]]:
+    """The ok runs under ``results_dirs`` by config hash, then seed: wall time and threads.
+    The hash is computed again from each record's config, so records written before a change
+    to what the hash leaves out still count."""
+    found: dict[str, dict[int, list[dict]]] = {}
+    for results_dir in results_dirs:
+        for rec in read_records(results_dir):
+            if rec.get("status") != "ok" or not rec.get("config") or rec.get("wall_time_s") is None:
+                continue
+            runs = found.setdefault(config_hash(rec["config"]), {}).setdefault(int(rec["seed"]), [])
+            runs.append({"wall_time_s": float(rec["wall_time_s"]),
+                         "threads": (rec.get("environment") or {}).get("torch_threads")})
+    return found
+
+
+def estimate_jobs(overrides: list[str], results_dirs: list[str | Path]) -> pd.DataFrame:
+    """One row per run of ``mhab run -m OVERRIDES``: what it trains, and the wall time its
+    records say it takes (NaN where none of its experiment is recorded)."""
+    recorded = recorded_wall_times(results_dirs)
+    rows = []
+    for job in sweep_jobs(overrides):
+        cfg = compose_config("config", job, "estimate")
+        by_seed = recorded.get(config_hash(cfg), {})
+        own = by_seed.get(int(cfg.seed), [])
+        basis = own or [run for runs in by_seed.values() for run in runs]
+        rows.append({
+            "task": cfg.task.name, "dataset": cfg.task.dataset, "model": cfg.model.name,
+            "seed": int(cfg.seed), "records": sum(len(runs) for runs in by_seed.values()),
+            "from": "this seed" if own else "other seeds" if basis else "no record",
+            "wall_time_s": mean(run["wall_time_s"] for run in basis) if basis else math.nan,
+            "threads": ",".join(sorted({str(run["threads"]) for run in basis if run["threads"]})),
+        })
+    return pd.DataFrame(rows)
+
+
+def _union(threads: pd.Series) -> str:
+    return ",".join(sorted({n for text in threads if text for n in text.split(",")}))
+
+
+def by_task_and_model(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Runs, how many have an estimate, the mean minutes per run and the total hours, per task
+    and model, in the sweep's order."""
+    grouped = jobs.groupby(GROUP, sort=False)
+    table = grouped.agg(runs=("seed", "size"), estimated=("wall_time_s", "count"),
+                        min_per_run=("wall_time_s", "mean"), hours=("wall_time_s", "sum"),
+                        threads=("threads", _union))
+    table["min_per_run"] /= 60
+    table["hours"] /= 3600
+    return table.reset_index()
+
+
+def parallel_wall_time(wall_times: list[float], workers: int) -> float:
+    """The wall time of runs dispatched in order, each to the first worker free, as a parallel
+    launcher (joblib) does it."""
+    free_at = [0.0] * workers
+    for wall_time in wall_times:
+        heapq.heapreplace(free_at, free_at[0] + wall_time)
+    return max(free_at)
+
+
+def summary(jobs: pd.DataFrame, workers: int = 1) -> str:
+    """The total in words, saying what it leaves out."""
+    measured = jobs["wall_time_s"].notna()
+    hours = jobs["wall_time_s"].sum() / 3600
+    text = f"{len(jobs)} runs; {measured.sum()} estimated from records: {hours:.1f} h one after another"
+    if workers > 1:
+        parallel = parallel_wall_time(jobs.loc[measured, "wall_time_s"].tolist(), workers) / 3600
+        text += f", {parallel:.1f} h on {workers} parallel workers"
+    if not measured.all():
+        missing = jobs.loc[~measured, GROUP].drop_duplicates().astype(str).agg(" ".join, axis=1)
+        text += (f"; {(~measured).sum()} runs have no record of their experiment and are not in "
+                 f"the total ({', '.join(missing)})")
+    return text
+
+
+def check_results_dirs(results_dirs: list[str]) -> None:
+    for results_dir in results_dirs:
+        if not Path(results_dir).is_dir():
+            raise BenchError(f"results dir '{results_dir}' not found; pass --records DIR for a "
+                             f"folder that 'mhab run' wrote records to")
