@@ -15,7 +15,7 @@ as many as fit under that many padded positions; every epoch shuffles the batche
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -94,13 +94,13 @@ def padding_share(batches: list[list[int]], lengths: Tensor) -> float:
 
 
 def padding_shares(lengths: Tensor, batch_size: int, seed: int,
-                   max_tokens: int | None = None) -> dict[str, float]:
+                   bucketed: Iterable[list[int]] | None = None) -> dict[str, float]:
     """The padding share of one training epoch, drawn both ways (from generators of their own,
-    so the run's batch order is untouched): what bucketing saves on this data. With
-    ``max_tokens``, the bucketed side is the token-budget batches."""
+    so the run's batch order is untouched): what bucketing saves on this data. ``bucketed``:
+    the batches to weigh on the bucketed side (say, a ``TokenBatchSampler``'s), else
+    ``BucketBatchSampler``'s of ``batch_size``."""
     random = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed)).split(batch_size)
-    generator = torch.Generator().manual_seed(seed)
-    bucketed = (BucketBatchSampler(lengths, batch_size, True, generator) if max_tokens is None
-                else TokenBatchSampler(lengths, max_tokens, generator))
+    if bucketed is None:
+        bucketed = BucketBatchSampler(lengths, batch_size, True, torch.Generator().manual_seed(seed))
     return {"random": padding_share([b.tolist() for b in random], lengths),
             "bucketed": padding_share(list(bucketed), lengths)}

@@ -126,11 +126,12 @@ class Task(abc.ABC):
         varying length, one epoch's padding share (padded / all positions) both ways."""
         lengths = self._lengths(dataset, batching, max_tokens)
         info: dict[str, Any] = {"mode": batching}
+        by_tokens = None
         if max_tokens is not None:
-            sampler = self._token_sampler(lengths, max_tokens, torch.Generator().manual_seed(seed))
-            info.update(max_tokens=max_tokens, batches_per_epoch=len(sampler))
+            by_tokens = self._token_sampler(lengths, max_tokens, torch.Generator().manual_seed(seed))
+            info.update(max_tokens=max_tokens, batches_per_epoch=len(by_tokens))
         if lengths is not None:
-            info["padding_share"] = padding_shares(lengths, batch_size, seed, max_tokens)
+            info["padding_share"] = padding_shares(lengths, batch_size, seed, by_tokens)
         return info
 
     def _lengths(self, dataset: Dataset, batching: str, max_tokens: int | None = None) -> Tensor | None:
@@ -148,11 +149,12 @@ class Task(abc.ABC):
 
     @staticmethod
     def _token_sampler(lengths: Tensor, max_tokens: int, generator: torch.Generator) -> TokenBatchSampler:
-        longest = int(lengths.max())
-        if longest > max_tokens:
+        try:
+            return TokenBatchSampler(lengths, max_tokens, generator)
+        except ValueError:
+            longest = int(lengths.max())
             raise BenchError(f"trainer.max_tokens={max_tokens} is less than the longest training "
-                             f"example ({longest} positions): raise it to at least {longest}")
-        return TokenBatchSampler(lengths, max_tokens, generator)
+                             f"example ({longest} positions): raise it to at least {longest}") from None
 
     @staticmethod
     def to_device(batch: Batch, device: torch.device) -> Batch:

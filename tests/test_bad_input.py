@@ -410,6 +410,14 @@ CATALOGUE: dict[str, Case] = {
     "table-output-blocked": Case(["table"], "cannot write", setup=output_blocked("results.csv")),
     "report-output-blocked": Case(["report"], "cannot write", setup=output_blocked("report.md")),
     "unknown-data-name-in-check": Case(["data", "check", "cifar10"], "unknown dataset 'cifar10'"),
+    # mhab estimate reads records of the sweep's experiments.
+    "estimate-records-missing": Case(["estimate", "suite=standard", "--records", "/nonexistent/results"],
+                                     "results dir '/nonexistent/results' not found; pass --records DIR"),
+    "estimate-no-record-of-the-sweep": Case(["estimate", "task=image", "model=gru,lstm"],
+                                            "is of an experiment this sweep runs; pass --records DIR",
+                                            setup=lambda tmp: ["--records",
+                                                               *record_file(json.dumps(OK_RECORD))(tmp)]),
+    "estimate-jobs-zero": Case(["estimate", "suite=standard", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     # mhab speed's own settings.
     "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
     "speed-nothing-to-time": Case(["speed", "attention.enabled=false", "tasks.names=[]"],
