@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mhab",
         description="mha-bench: one multi-head attention core against LSTM/GRU baselines.",
-        epilog="commands:\n" + "\n".join(f"  {name:<8}{help_}" for name, (_, help_) in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {name:<10}{help_}" for name, (_, help_) in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", nargs="?", metavar="COMMAND", help="one of: " + ", ".join(COMMANDS))
