@@ -226,6 +226,9 @@ def test_tiny_asr_run_on_synth_strings(tmp_path, model):
     (rec,) = read_records(tmp_path)
     check_asr_record(rec, model, "synth_strings", 8)
     assert "no published baseline" in rec["data"]["dataset_note"]
+    batching = rec["data"]["batching"]  # the asr recipe batches by length
+    assert batching["mode"] == "bucketed"
+    assert batching["padding_share"]["bucketed"] < batching["padding_share"]["random"]
 
 
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
