@@ -25,15 +25,14 @@ GROUP = ["task", "dataset", "model"]
 
 
 def recorded_wall_times(results_dirs: list[str | Path]) -> dict[str, dict[int, list[dict]]]:
-    """The ok runs under ``results_dirs`` by config hash, then seed: wall time and threads.
-    The hash is computed again from each record's config, so records written before a change
-    to what the hash leaves out still count."""
+    """The ok runs under ``results_dirs`` by config hash (as ``read_records`` computes it from
+    each record's config), then seed: wall time and threads."""
     found: dict[str, dict[int, list[dict]]] = {}
     for results_dir in results_dirs:
         for rec in read_records(results_dir):
             if rec.get("status") != "ok" or not rec.get("config") or rec.get("wall_time_s") is None:
                 continue
-            runs = found.setdefault(config_hash(rec["config"]), {}).setdefault(int(rec["seed"]), [])
+            runs = found.setdefault(rec["config_hash"], {}).setdefault(int(rec["seed"]), [])
             runs.append({"wall_time_s": float(rec["wall_time_s"]),
                          "threads": (rec.get("environment") or {}).get("torch_threads")})
     return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -137,6 +138,9 @@ def record_problem(rec: Any) -> str | None:
 
 
 def read_record(path: str | Path) -> dict[str, Any]:
+    """A run record, checked, with its config hash computed again from its config: a record
+    written before a change to what the hash leaves out (``LATER_KEYS``, the suite key) still
+    has the hash of the same experiment today."""
     path = Path(path)
     try:
         rec = json.loads(path.read_text())
@@ -145,14 +149,25 @@ def read_record(path: str | Path) -> dict[str, Any]:
     problem = record_problem(rec)
     if problem:
         raise BenchError(f"malformed run record {path} ({problem}); delete it or rerun that run")
+    if isinstance(rec.get("config"), dict):
+        rec["config_hash"] = config_hash(rec["config"])
     return rec
 
 
 def find_ok_record(results_dir: str | Path, config_hash: str, seed: int) -> dict[str, Any] | None:
-    """An earlier ``ok`` record of the same experiment (config hash) and seed, if any."""
-    pattern = f"runs/*-s{seed}-{config_hash[:8]}-*/{RECORD}"
-    for path in sorted(Path(results_dir).glob(pattern)):
-        rec = read_record(path)
-        if rec.get("status") == "ok" and rec.get("config_hash") == config_hash and rec.get("seed") == seed:
+    """An earlier ``ok`` record of the same experiment (config hash) and seed, if any: first
+    among the runs named after this hash, then among the seed's runs named after an earlier
+    hash of theirs (a damaged record there belongs to no run of this experiment: skipped)."""
+    def ok(rec: dict[str, Any]) -> bool:
+        return rec.get("status") == "ok" and rec.get("config_hash") == config_hash and rec.get("seed") == seed
+
+    named = f"-s{seed}-{config_hash[:8]}-"
+    runs = sorted(Path(results_dir).glob(f"runs/*-s{seed}-*/{RECORD}"))
+    for path in (p for p in runs if named in p.parent.name):
+        if ok(rec := read_record(path)):
             return rec
+    for path in (p for p in runs if named not in p.parent.name):
+        with contextlib.suppress(BenchError):
+            if ok(rec := read_record(path)):
+                return rec
     return None

@@ -113,7 +113,8 @@ def test_a_forced_rerun_replaces_the_earlier_run_of_its_seed(tmp_path):
 def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path):
     """A record written before conf/model named its builder (b406709: no model._target_) has
     the hash today's config of the same experiment has, so `mhab run` resumes from it and
-    tables count it with new runs; another builder is another experiment."""
+    tables count it with new runs; another builder is another experiment. A damaged record of
+    another run of the seed does not stop the resume."""
     from bench.config import compose_config
     from bench.record import config_hash, resolved_config
     from bench.results import setting_labels
@@ -122,17 +123,21 @@ def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path
     overrides = ["suite=quick", "task=image", "model=attention"]
     now = resolved_config(compose_config("config", overrides, "run"))
     before = {**now, "model": {k: v for k, v in now["model"].items() if k != "_target_"}}
-    assert config_hash(now) == config_hash(before) == "09973164b93e"  # b406709's hash
+    assert config_hash(now) == config_hash(before)
     other = {**now, "model": {**now["model"], "_target_": "mine.build"}}
     assert config_hash(other) != config_hash(now)
     assert setting_labels({"old": before, "mine": other})["mine"] == 'model._target_="mine.build"'
 
+    # As b406709 wrote it: its hash then, before a suite's run hashed as the run alone.
     write_record(tmp_path, "20261202-000000-image-digits-attention-s0-09973164-abcdef",
-                 config=before, config_hash=config_hash(before), model_family="attention")
+                 config=before, config_hash="09973164b93e", model_family="attention")
+    damaged = "20261201-000000-image-digits-attention-s0-0badc0de-abcdef"  # read first
+    write_record(tmp_path, damaged, config=before, status="failed")
+    (tmp_path / "runs" / damaged / "record.json").write_text("{")
     out = run_cli("run", *overrides, f"results_dir={tmp_path}")
     assert out.returncode == 0, out.stderr
     assert "skipping: already recorded ok" in out.stdout + out.stderr
-    assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
+    assert len(list(tmp_path.glob("runs/*/record.json"))) == 2
 
 
 def test_table_prints_numbers_for_reading(tmp_path):
