@@ -237,6 +237,8 @@ def estimate_command(args: list[str]) -> int:
                     "results_dir and paths do not count): per task and model, and in total.",
         epilog="example: mhab estimate suite=standard --records results/standard --records results/evidence")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="as for 'mhab run -m'")
+    parser.add_argument("-m", "--multirun", action="store_true",
+                        help="accepted as in 'mhab run -m': an estimate is always of the sweep")
     parser.add_argument("--records", action="append", metavar="DIR",
                         help="a results dir whose records to read (repeatable; default: the "
                              "sweep's own results_dir)")

@@ -84,7 +84,7 @@ def test_parallel_workers_take_runs_in_order_as_each_frees():
 def test_estimate_command_prints_the_table_and_total(tmp_path):
     _record(tmp_path, ["task=image", "model=gru"], seed=0, wall_time_s=720.0)
     _record(tmp_path, ["task=image", "model=attention"], seed=0, wall_time_s=1800.0)
-    out = run_cli("estimate", "task=image", "model=attention,gru,lstm", "--jobs", "2",
+    out = run_cli("estimate", "-m", "task=image", "model=attention,gru,lstm", "--jobs", "2",
                   "--records", str(tmp_path))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
