@@ -250,11 +250,11 @@ def estimate_command(args: list[str]) -> int:
         raise BenchError(f"--jobs must be >= 1, got {ns.jobs}")
     from bench import estimate
     from bench.analysis import fmt
-    from bench.config import sweep_jobs
 
-    records = ns.records or [compose_config("config", sweep_jobs(ns.overrides)[0], "estimate").results_dir]
+    configs = estimate.sweep_configs(ns.overrides)
+    records = ns.records or [configs[0].results_dir]
     estimate.check_results_dirs(records)
-    jobs = estimate.estimate_jobs(ns.overrides, records)
+    jobs = estimate.estimate_jobs(configs, records)
     if jobs["wall_time_s"].isna().all():
         error(f"no ok record under {', '.join(records)} is of an experiment this sweep runs; "
               f"pass --records DIR for the results dir that holds them")

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import mean
 
 import pandas as pd
+from omegaconf import DictConfig
 
 from bench.config import compose_config, sweep_jobs
 from bench.errors import BenchError
@@ -38,13 +39,17 @@ def recorded_wall_times(results_dirs: list[str | Path]) -> dict[str, dict[int, l
     return found
 
 
-def estimate_jobs(overrides: list[str], results_dirs: list[str | Path]) -> pd.DataFrame:
-    """One row per run of ``mhab run -m OVERRIDES``: what it trains, and the wall time its
+def sweep_configs(overrides: list[str]) -> list[DictConfig]:
+    """The config of every run ``mhab run -m OVERRIDES`` would start, composed as it would."""
+    return [compose_config("config", job, "estimate") for job in sweep_jobs(overrides)]
+
+
+def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> pd.DataFrame:
+    """One row per run of a sweep (``sweep_configs``): what it trains, and the wall time its
     records say it takes (NaN where none of its experiment is recorded)."""
     recorded = recorded_wall_times(results_dirs)
     rows = []
-    for job in sweep_jobs(overrides):
-        cfg = compose_config("config", job, "estimate")
+    for cfg in configs:
         by_seed = recorded.get(config_hash(cfg), {})
         own = by_seed.get(int(cfg.seed), [])
         basis = own or [run for runs in by_seed.values() for run in runs]

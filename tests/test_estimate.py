@@ -7,7 +7,7 @@ import math
 import pytest
 
 from bench.config import compose_config, sweep_jobs
-from bench.estimate import by_task_and_model, estimate_jobs, parallel_wall_time, summary
+from bench.estimate import by_task_and_model, estimate_jobs, parallel_wall_time, summary, sweep_configs
 from bench.record import config_hash, resolved_config
 from tests.conftest import run_cli, write_record
 
@@ -54,7 +54,8 @@ def test_each_run_is_estimated_from_its_own_seed_else_the_others_else_not_at_all
     _record(tmp_path / "b", ["task=image", "model=attention"], seed=0, wall_time_s=999.0, status="failed")
     _record(tmp_path / "b", ["task=image", "model=attention", "trainer.epochs=2"], seed=0, wall_time_s=7.0)
 
-    jobs = estimate_jobs(SWEEP, [tmp_path / "a", tmp_path / "b"]).set_index(["task", "model", "seed"])
+    jobs = estimate_jobs(sweep_configs(SWEEP), [tmp_path / "a", tmp_path / "b"])
+    jobs = jobs.set_index(["task", "model", "seed"])
     assert len(jobs) == 8
     assert jobs.loc[("image", "gru", 0), ["wall_time_s", "from"]].tolist() == [100.0, "this seed"]
     assert jobs.loc[("image", "gru", 1), ["wall_time_s", "from"]].tolist() == [200.0, "other seeds"]
