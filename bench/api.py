@@ -14,15 +14,15 @@ it started raises ``RunFailed`` (its record says why).
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from omegaconf import DictConfig
 
-from bench.config import compose_config, parse_overrides, suite_sweeps
 from bench.errors import BenchError
+from bench.setup.compose import compose_config, sweep_jobs
+from bench.setup.paths import check_results_dir
 
 __all__ = ["run", "multirun", "table", "report", "BenchError"]
 
@@ -34,7 +34,6 @@ def run(overrides: list[str] | None = None) -> dict[str, Any]:
 
 
 def _run(cfg: DictConfig) -> dict[str, Any]:
-    from bench.cli import check_results_dir
     from bench.experiment import run_experiment
 
     check_results_dir(cfg.results_dir)
@@ -45,20 +44,13 @@ def sweep(overrides: list[str] | None = None) -> list[list[str]]:
     """The runs ``mhab run -m OVERRIDES`` starts, each as its override list: every
     combination of the command line's sweeps (``model=attention,gru``) and the suite's own
     (``hydra.sweeper.params``), as Hydra's basic sweeper forms them."""
-    given = list(overrides or [])
-    everything = [*suite_sweeps(given), *given]
-    options = [
-        [f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()]
-        if o.is_sweep_override() else [text]
-        for o, text in zip(parse_overrides(everything), everything, strict=True)
-    ]
-    return [list(point) for point in itertools.product(*options)]
+    return sweep_jobs(list(overrides or []))
 
 
 def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     """A sweep (``mhab run -m OVERRIDES``), one run after another in this process; the records
     in sweep order. Every run's config is checked before the first starts."""
-    from bench.build import validate
+    from bench.setup.build import validate
 
     cfgs = [compose_config("config", point, "run") for point in sweep(overrides)]
     for cfg in cfgs:
@@ -68,8 +60,8 @@ def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
 
 def table(results_dir: str | Path = "results") -> pd.DataFrame:
     """Every run record under ``results_dir`` as one row (``mhab table``; not saved). The mean,
-    CI and per-seed values of each experiment: ``bench.results.aggregate(table(...))``."""
-    from bench.results import load
+    CI and per-seed values of each experiment: ``bench.records.table.aggregate(table(...))``."""
+    from bench.records.table import load
 
     frame = load(results_dir)
     if frame.empty:
@@ -80,7 +72,7 @@ def table(results_dir: str | Path = "results") -> pd.DataFrame:
 def report(results_dir: str | Path = "results") -> Path:
     """Write ``report.md`` and ``report.html`` for ``results_dir`` (``mhab report``); the
     Markdown's path."""
-    from bench.report import write_report
+    from bench.report.sections import write_report
 
     table(results_dir)  # the same error as mhab report for a folder without records
     return write_report(results_dir)[0]

@@ -14,8 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from bench.config import CONF_DIR, compose_config, suite_sweeps, sweep_points
 from bench.errors import BenchError, RunFailed, Terminated
+from bench.setup.compose import CONF_DIR, compose_config, suite_sweeps, sweep_points
+from bench.setup.paths import check_results_dir
 
 log = logging.getLogger("mhab")
 # Runs of a sweep may execute in other processes (joblib, submitit launchers); each failed run
@@ -28,23 +29,11 @@ def error(message: str) -> None:
 
 
 # ---------------------------------------------------------------- run
-def check_results_dir(path: str) -> None:
-    """Hydra writes its logs under results_dir before a run starts; say plainly when it cannot."""
-    target = Path(path).expanduser()
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BenchError(f"cannot create results_dir '{path}' ({e.strerror}); "
-                         f"pass a writable results_dir=PATH") from None
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise BenchError(f"results_dir '{path}' is not writable; pass results_dir=PATH")
-
-
 def validate_overrides(overrides: list[str], multirun: bool = False) -> None:
     """Check every run a command would start: with ``-m``, every value of the command line's
     sweeps and of the suite's own (``hydra.sweeper.params``, which the command line overrides
     key by key)."""
-    from bench.build import validate
+    from bench.setup.build import validate
 
     if multirun:
         compose_config("config", sweep_points(overrides)[0], "run")  # what Hydra composes first
@@ -119,15 +108,15 @@ def table_command(args: list[str]) -> int:
                     "and 95% CI over seeds.")
     parser.add_argument("results_dir", nargs="?", default="results")
     ns = parser.parse_args(args)
-    from bench.analysis import fmt
-    from bench.results import aggregate, load, save, summary_columns
+    from bench.records.numbers import fmt
+    from bench.records.table import aggregate, load, run_list_columns, save
 
     frame = load(ns.results_dir)
     if frame.empty:
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
         return 1
     paths = save(frame, ns.results_dir)
-    print(frame[summary_columns(frame)].to_string(index=False, float_format=fmt))
+    print(frame[run_list_columns(frame)].to_string(index=False, float_format=fmt))
     print()
     print(aggregate(frame).drop(columns="values").to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
@@ -141,7 +130,7 @@ def report_command(args: list[str]) -> int:
                     "the run records under RESULTS_DIR.")
     parser.add_argument("results_dir", nargs="?", default="results")
     ns = parser.parse_args(args)
-    from bench.report import write_report
+    from bench.report.sections import write_report
 
     if not any(Path(ns.results_dir).glob("runs/*/record.json")):
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
@@ -159,10 +148,11 @@ def speed_command(args: list[str]) -> int:
               f"Keys and defaults ({Path(CONF_DIR) / 'speed.yaml'}):\n")
         print((Path(CONF_DIR) / "speed.yaml").read_text())
         return 0
-    from bench import speed, speed_analysis
-    from bench.analysis import fmt
     from bench.experiment import show_progress
-    from bench.results import save
+    from bench.records.numbers import fmt
+    from bench.records.table import save
+    from bench.speed import analysis as speed_analysis
+    from bench.speed import benchmark as speed
 
     cfg = compose_config("speed", args, "speed")
     check_results_dir(cfg.results_dir)
@@ -207,7 +197,7 @@ def data_command(args: list[str]) -> int:
         p.add_argument("--data-dir", default=os.environ.get("BENCH_DATA_DIR"),
                        help="the data root (default: $BENCH_DATA_DIR)")
     ns = parser.parse_args(args)
-    from bench import datasets
+    from bench.data import download as datasets
 
     sources = datasets.resolve_names(ns.names)
     data_dir = datasets.require_data_dir(ns.data_dir)
@@ -249,7 +239,7 @@ def estimate_command(args: list[str]) -> int:
     if ns.jobs < 1:
         raise BenchError(f"--jobs must be >= 1, got {ns.jobs}")
     from bench import estimate
-    from bench.analysis import fmt
+    from bench.records.numbers import fmt
 
     configs = estimate.sweep_configs(ns.overrides)
     records = ns.records or [configs[0].results_dir]

@@ -17,10 +17,10 @@ from statistics import mean
 import pandas as pd
 from omegaconf import DictConfig
 
-from bench.config import compose_config, sweep_jobs
 from bench.errors import BenchError
-from bench.record import config_hash
-from bench.results import read_records
+from bench.records.record import config_hash
+from bench.records.table import read_records
+from bench.setup.compose import compose_config, sweep_jobs
 
 GROUP = ["task", "dataset", "model"]
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from bench import engine, measure, record
-from bench.build import build, validate
-from bench.environment import environment
 from bench.errors import BenchError, RunFailed, Terminated
-from bench.lock import run_lock
-from bench.loggers import build_logger
+from bench.records import record
+from bench.run import engine, measure
+from bench.run.environment import environment
+from bench.run.lock import run_lock
+from bench.run.loggers import build_logger
+from bench.setup.build import build, validate
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -37,13 +38,13 @@ def _record_failure(cfg: DictConfig, resolved: dict, config_hash: str, error: Ex
     name = cfg.model.get("name")
     stem = record.run_stem(cfg.task.name, cfg.task.get("dataset"), name, cfg.seed, config_hash)
     run_dir = record.new_run_dir(cfg.results_dir, stem)
-    record.write_record(run_dir, {
-        "task": cfg.task.name, "dataset": cfg.task.get("dataset"), "model": name,
-        "model_family": cfg.model.get("family") or name, "variant": cfg.get("variant") or "default",
-        "seed": cfg.seed, "config_hash": config_hash, "config": resolved, "run_id": run_dir.name,
-        "run_dir": str(run_dir), "status": "failed", "error": f"while building the run: {reason}",
-        "traceback": traceback.format_exc(), "wall_time_s": time.time() - started,
-    })
+    identity = record.RunRecord(
+        task=cfg.task.name, dataset=cfg.task.get("dataset"), model=name,
+        model_family=cfg.model.get("family") or name, variant=cfg.get("variant") or "default",
+        seed=cfg.seed, config_hash=config_hash, config=resolved, run_id=run_dir.name, run_dir=str(run_dir))
+    record.write_record(run_dir, record.make_record(
+        identity, "failed", started, error=f"while building the run: {reason}",
+        traceback=traceback.format_exc()))
     raise RunFailed(f"run {run_dir.name} failed while building: {reason}") from error
 
 
@@ -87,24 +88,24 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
     except Exception as e:  # a bug, not a user mistake: recorded as a failed run like any other
         _record_failure(cfg, resolved, config_hash, e, started=time.time())
     task, splits, model, device = setup.task, setup.splits, setup.model, setup.device
-    base = {
-        "task": task.name,
-        "dataset": task.dataset,
-        "model": setup.model_label(cfg.model),
-        "model_family": cfg.model.get("family") or cfg.model.name,
-        "variant": cfg.get("variant") or "default",
-        "seed": cfg.seed,
-        "config_hash": config_hash,
-        "metric_name": task.metric_name,
-        "higher_is_better": task.higher_is_better,
-        "params": measure.count_parameters(model),
-        "model_notes": setup.built.notes,
-        "data": {**splits.info, "batching": task.batching_info(
+    base = record.RunRecord(
+        task=task.name,
+        dataset=task.dataset,
+        model=setup.model_label(cfg.model),
+        model_family=cfg.model.get("family") or cfg.model.name,
+        variant=cfg.get("variant") or "default",
+        seed=cfg.seed,
+        config_hash=config_hash,
+        metric_name=task.metric_name,
+        higher_is_better=task.higher_is_better,
+        params=measure.count_parameters(model),
+        model_notes=setup.built.notes,
+        data={**splits.info, "batching": task.batching_info(
             splits.train, cfg.trainer.batching, cfg.trainer.batch_size, cfg.seed,
             cfg.trainer.get("max_tokens"))},
-        "config": resolved,
-        "environment": environment(device),
-    }
+        config=resolved,
+        environment=environment(device),
+    )
     stem = record.run_stem(task.name, task.dataset, base["model"], cfg.seed, config_hash)
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     base["run_id"] = run_dir.name
@@ -124,18 +125,16 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
     except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM: say so in this run's record (a rerun retries it) and stop the sweep.
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
-        record.write_record(run_dir, {**base, "status": "interrupted", "error": how,
-                                      "wall_time_s": time.time() - started})
+        record.write_record(run_dir, record.make_record(base, "interrupted", started, error=how))
         run_logger.abort("interrupted")
         raise
     except Exception as e:
         reason = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
-        rec = {**base, "status": "failed", "error": reason,
-               "traceback": traceback.format_exc(), "wall_time_s": time.time() - started}
-        record.write_record(run_dir, rec)
+        record.write_record(run_dir, record.make_record(
+            base, "failed", started, error=reason, traceback=traceback.format_exc()))
         run_logger.abort("failed")
         raise RunFailed(f"run {run_dir.name} failed: {reason}") from e
-    rec = {**base, "status": "ok", **results, "wall_time_s": time.time() - started}
+    rec = record.make_record(base, "ok", started, **results)
     record.write_record(run_dir, rec)
     run_logger.finish(rec)
     return rec

@@ -25,9 +25,9 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from bench.attention_examples import AttentionExample, PatchGridExample
-from bench.batching import BATCHINGS, BucketBatchSampler, TokenBatchSampler, padding_shares
+from bench.data.batching import BATCHINGS, BucketBatchSampler, TokenBatchSampler, padding_shares
 from bench.errors import BenchError
+from bench.records.attention_examples import AttentionExample, PatchGridExample
 from models.inputs import InputKind
 
 Batch = tuple[Tensor, ...]
@@ -96,7 +96,7 @@ class Task(abc.ABC):
     def loader(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
                num_workers: int = 0, batching: str = "random", max_tokens: int | None = None) -> DataLoader:
         """Batches of ``dataset``; ``batching="bucketed"`` groups examples of similar length
-        (``bench.batching``), in training and in evaluation, where the task puts outputs
+        (``bench.data.batching``), in training and in evaluation, where the task puts outputs
         back in order by each batch's index column. ``max_tokens`` (training batches only)
         sizes each bucketed batch by padded positions instead of ``batch_size``."""
         generator = torch.Generator().manual_seed(seed)

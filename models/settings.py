@@ -1,6 +1,6 @@
 """Constraints a model builder or task adapter declares on its settings, in its signature:
 ``dim: Annotated[int, Range(ge=1)]``, ``dropout: Annotated[float, Range(ge=0, lt=1)]``, or a
-``Literal`` of the choices. ``bench.schema`` checks every config value against them before a
+``Literal`` of the choices. ``bench.setup.schema`` checks every config value against them before a
 run starts; the types alone (int, float, bool, str, tuples, dicts, ``| None``) are checked too.
 """
 

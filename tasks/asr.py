@@ -9,10 +9,10 @@ Datasets:
 - ``synth_strings`` (offline): whole digit strings spoken by espeak-ng in many voices, rates
   and pitches, so digits do run into each other.
 - ``audiofolder`` (your data, ``task.root``): audio files and a ``metadata.csv`` as Hugging
-  Face's ``audiofolder`` reads them (``bench.audiofolder``).
+  Face's ``audiofolder`` reads them (``bench.data.audiofolder``).
 
 Every model trains with the same CTC loss; validation decodes greedily, the test also with a
-lexicon-constrained beam search (``bench.ctc``), and the record says which gave the metric.
+lexicon-constrained beam search (``tasks.ctc_decoding``), and the record says which gave the metric.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ import torchaudio
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from bench.attention_examples import TimeAttentionExample
-from bench.audio import LogMel, fsdd_fingerprint, read_fsdd
-from bench.audiofolder import audiofolder_fingerprint, read_audiofolder
-from bench.cache import cached
-from bench.ctc import BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
-from bench.data import cache_path
+from bench.data.audio import LogMel, fsdd_fingerprint, read_fsdd
+from bench.data.audiofolder import audiofolder_fingerprint, read_audiofolder
+from bench.data.cache import cached
+from bench.data.files import cache_path
+from bench.data.speech_synth import DIGIT_WORDS
 from bench.errors import BenchError
+from bench.records.attention_examples import TimeAttentionExample
 from bench.task import SPLITS, Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
 from models.inputs import FrameTranscription
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
-from tasks.speech_synth import DIGIT_WORDS
+from tasks.ctc_decoding import BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
 
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
 DEFAULT_SIZES = {"fsdd_strings": {"train": 10000, "val": 1000, "test": 1000},
@@ -150,7 +150,7 @@ class ASRTask(Task):
                 yield split, " ".join(DIGIT_WORDS[d] for d in digits), wave, self.log_mel.sample_rate
 
     def _synth_strings(self) -> Iterator[Utterance]:
-        from tasks.speech_synth import draw_string_specs, spoken_text, synthesise  # espeak-ng: on use
+        from bench.data.speech_synth import draw_string_specs, spoken_text, synthesise  # espeak-ng: on use
 
         counts = [self.sizes[s] for s in SPLITS]
         specs = draw_string_specs(sum(counts), self.min_words, self.max_words, self.synth_seed)

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from bench.cache import discard, is_intact, record_digest
-from bench.data import cache_path, data_root, require_files, verify_files
+from bench.data.cache import discard, is_intact, record_digest
+from bench.data.files import cache_path, data_root, require_files, verify_files
+from bench.data.imagefolder import read_imagefolder
 from bench.errors import BenchError
-from bench.imagefolder import read_imagefolder
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import ImageGrid
 from models.patch import PATCH_EMBEDDINGS

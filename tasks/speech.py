@@ -22,7 +22,7 @@ import torchaudio
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from bench.audio import (
+from bench.data.audio import (
     LogMel,
     frame_stats,
     fsdd_fingerprint,
@@ -31,8 +31,8 @@ from bench.audio import (
     read_fsdd,
     shift_in_time,
 )
-from bench.cache import cached
-from bench.data import cache_path
+from bench.data.cache import cached
+from bench.data.files import cache_path
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import FrameSequence
@@ -84,7 +84,7 @@ class SpeechTask(ClassificationTask):
         return read_fsdd(self.data_dir, self.dataset)
 
     def _read_synth(self) -> tuple[dict, list[np.ndarray], int]:
-        from tasks.speech_synth import draw_specs, synthesise
+        from bench.data.speech_synth import draw_specs, synthesise
 
         specs = draw_specs(self.synth_per_digit, self.synth_seed)
         rate, waves = synthesise(specs, self.synth_seed)

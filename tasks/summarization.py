@@ -1,7 +1,7 @@
 """Summarisation: AESLC email bodies -> subject lines (data root), generated incident reports ->
 headlines (offline), or your own ``jsonl`` pairs.
 
-The encoder-decoder plumbing (tokenizer, pairs, decoding, loss) is ``bench.text_pairs``'s,
+The encoder-decoder plumbing (tokenizer, pairs, decoding, loss) is ``tasks.text_pairs``'s,
 shared with translation. Scores: ROUGE-1, ROUGE-2 and ROUGE-L F1 from Google's
 ``rouge-score`` package (Porter stemming on), ROUGE-L the checkpoint metric. With several
 references per example (AESLC's three annotated subject lines), each example is scored against
@@ -18,11 +18,11 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from bench.data import data_root, verify_files
+from bench.data.files import data_root, verify_files
 from bench.errors import BenchError
 from bench.task import SPLITS, split_sizes
-from bench.text_pairs import TextPairs, TextPairTask
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
+from tasks.text_pairs import TextPairs, TextPairTask
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 AESLC_SPLITS = {"train": "train", "val": "dev", "test": "test"}

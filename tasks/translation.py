@@ -1,6 +1,6 @@
 """Translation: Multi30k (data root) or a generated corpus of number phrases (offline).
 
-Tokens, pairs, decoding and the loss are ``bench.text_pairs``'s, shared with summarisation.
+Tokens, pairs, decoding and the loss are ``tasks.text_pairs``'s, shared with summarisation.
 Scores: sacreBLEU corpus BLEU and chrF on detokenised output, with their signatures;
 teacher-forced loss and perplexity the same way for every model; BLEU by source-length bucket.
 Attention model: Transformer encoder-decoder on the core. Baselines: GRU/LSTM seq2seq,
@@ -16,11 +16,11 @@ from typing import Annotated, Literal
 import numpy as np
 import sacrebleu
 
-from bench.data import data_root, verify_files
+from bench.data.files import data_root, verify_files
 from bench.errors import BenchError
 from bench.task import split_sizes
-from bench.text_pairs import TextPairs, TextPairTask
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
+from tasks.text_pairs import TextPairs, TextPairTask
 
 NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 

@@ -1,4 +1,4 @@
-"""bf16 autocast and torch.compile in the engine and in `mhab speed` (bench.acceleration)."""
+"""bf16 autocast and torch.compile in the engine and in `mhab speed` (bench.run.acceleration)."""
 
 import pytest
 import torch
@@ -6,10 +6,10 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch._dynamo import register_backend
 
-from bench.acceleration import autocast, check_compile, check_dtype, compile_backend
-from bench.engine import CHECKPOINT, fit
 from bench.errors import BenchError
-from bench.io import load_state_dict
+from bench.records.atomic import load_state_dict
+from bench.run.acceleration import autocast, check_compile, check_dtype, compile_backend
+from bench.run.engine import CHECKPOINT, fit
 from tests.test_engine import TRAINER, ToyTask
 
 CPU = torch.device("cpu")
@@ -71,7 +71,7 @@ def test_compile_settings():
 
 
 def test_inductor_on_cpu_needs_a_cxx_compiler(monkeypatch):
-    monkeypatch.setattr("bench.acceleration.shutil.which", lambda name: None)
+    monkeypatch.setattr("bench.run.acceleration.shutil.which", lambda name: None)
     with pytest.raises(BenchError, match="inductor needs a C.. compiler on CPU"):
         check_compile(True, CPU)
     check_compile("aot_eager", CPU)  # no C++ needed
@@ -93,8 +93,8 @@ def test_dtype_settings():
 def test_speed_task_models_train_with_the_speed_options(tmp_path):
     """`mhab speed dtype=... compile=...` must time the bare loop and the engine alike: both
     read the run config's trainer, which takes the speed command's options."""
-    from bench.config import compose_config
-    from bench.speed import _run_config
+    from bench.setup.compose import compose_config
+    from bench.speed.benchmark import _run_config
 
     cfg = compose_config("speed", ["dtype=bf16", "compile=aot_eager", f"cache_dir={tmp_path}"], "speed")
     run_cfg = _run_config(cfg, "image", "gru")
@@ -106,7 +106,7 @@ def test_speed_task_models_train_with_the_speed_options(tmp_path):
 def test_activation_memory_of_a_compiled_rnn_does_not_recompile_its_hook(caplog):
     """Dynamo graph-breaks around nn.LSTM, so the saved-tensor hook runs inside the compiled
     call; it must not be traced (once per storage size, up to the recompile limit)."""
-    from bench import measure
+    from bench.run import measure
 
     class Reader(nn.Module):
         def __init__(self):
@@ -131,8 +131,8 @@ def test_activation_memory_of_a_compiled_rnn_does_not_recompile_its_hook(caplog)
 def test_the_new_keys_at_their_defaults_keep_earlier_hashes_and_groups():
     """Runs recorded before trainer.dtype and trainer.compile existed trained as float32 and
     eager: their hash stays the same, so they still resume and group with new runs."""
-    from bench.record import config_hash
-    from bench.results import setting_labels
+    from bench.records.record import config_hash
+    from bench.records.table import setting_labels
 
     before = {"model": {"dim": 8}, "trainer": {"lr": 1}}
     now = {"model": {"dim": 8}, "trainer": {"lr": 1, "dtype": "float32", "compile": False}}

@@ -12,10 +12,10 @@ import pytest
 import soundfile
 import torch
 
-from bench.audiofolder import audiofolder_rows
-from bench.ctc import BLANK, UNKNOWN, BeamDecoder, Vocabulary, error_rates, greedy_ids
-from bench.record import record_problem
+from bench.data.audiofolder import audiofolder_rows
+from bench.records.record import record_problem
 from tasks.asr import ASRTask, draw_strings, fsdd_pools
+from tasks.ctc_decoding import BLANK, UNKNOWN, BeamDecoder, Vocabulary, error_rates, greedy_ids
 from tests.conftest import read_records, run_cli
 
 WORDS = Vocabulary.from_transcripts("word", ["one two", "two three"])  # <blank> <unk> one three two

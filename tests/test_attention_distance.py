@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.attention_distance import distance_sums, mean_attention_distance, uniform_sum
+from bench.run.attention_distance import distance_sums, mean_attention_distance, uniform_sum
 from models.ctc import TransformerTranscriber
 from models.patch import PatchTransformerClassifier
 from models.seq2seq import TransformerSeq2Seq

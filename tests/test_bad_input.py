@@ -17,10 +17,10 @@ import pytest
 import soundfile
 import torch
 
-from bench.build import check_model_keys
 from bench.cli import main
-from bench.config import CONF_DIR, compose_config
-from bench.data import SOURCES
+from bench.data.files import SOURCES
+from bench.setup.build import check_model_keys
+from bench.setup.compose import CONF_DIR, compose_config
 from tests.conftest import ROOT, run_cli
 
 DIGITS = ["run", "task=image", "task.dataset=digits", "trainer.max_steps=2", "trainer.infer_iters=1"]
@@ -147,8 +147,8 @@ def malformed_record_of_this_run(tmp: Path) -> list[str]:
     """A hand-damaged record with the hash of the run about to start, so resume must read it."""
     from hydra import compose, initialize_config_dir
 
-    from bench.config import CONF_DIR
-    from bench.record import config_hash
+    from bench.records.record import config_hash
+    from bench.setup.compose import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         digest = config_hash(compose("config", overrides=DIGITS[1:]))
@@ -275,7 +275,7 @@ CATALOGUE: dict[str, Case] = {
     "no-records-to-report": Case(["report", "/nonexistent/results"], "no run records under"),
     "unknown-data-name": Case(["data", "download", "cifar10"], "unknown dataset 'cifar10'"),
     "cuda-absent": Case([*DIGITS, "device=cuda"], "no CUDA device is visible"),
-    # Settings checked against their declared types and ranges (bench/schema.py).
+    # Settings checked against their declared types and ranges (bench/setup/schema.py).
     "negative-grad-clip": Case([*DIGITS, "trainer.grad_clip=-1"], "trainer.grad_clip must be >= 0, got -1"),
     "not-a-bool": Case([*DIGITS, "task.hflip=maybe"], "task.hflip must be true or false, got 'maybe'"),
     "trainer-key-typo": Case([*DIGITS, "+trainer.max_step=5"],

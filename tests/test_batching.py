@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from bench.batching import BucketBatchSampler, TokenBatchSampler, padding_share
+from bench.data.batching import BucketBatchSampler, TokenBatchSampler, padding_share
 from bench.errors import BenchError
-from bench.text_pairs import PairDataset
 from models.rnn import RNNEncoder
 from tasks.image import ImageTask
+from tasks.text_pairs import PairDataset
 
 
 def _lengths(n: int = 1000, seed: int = 0) -> torch.Tensor:

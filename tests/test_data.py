@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.data import SOURCES, sha256
+from bench.data.files import SOURCES, sha256
 from tests.conftest import run_cli
 
 

@@ -11,11 +11,11 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from bench import measure
-from bench.engine import CHECKPOINT, build_optimizer, fit, warmup_cosine
 from bench.errors import RunFailed
-from bench.io import atomic_write_text, load_state_dict
-from bench.record import config_hash, new_run_dir
+from bench.records.atomic import atomic_write_text, load_state_dict
+from bench.records.record import config_hash, new_run_dir
+from bench.run import measure
+from bench.run.engine import CHECKPOINT, build_optimizer, fit, warmup_cosine
 from bench.task import ClassificationTask, Splits
 from models.ctc import TransformerTranscriber
 from models.patch import PatchTransformerClassifier
@@ -191,7 +191,7 @@ def test_atomic_write_keeps_old_content_on_failure(tmp_path):
     class Boom(Exception):
         pass
 
-    from bench.io import atomic_write
+    from bench.records.atomic import atomic_write
 
     def failing(f):
         f.write(b"{half")
@@ -241,7 +241,7 @@ def test_in_memory_loader_gives_the_default_loaders_batches_and_rng(shuffle, tmp
 
 
 def test_progress_lines_are_logged_when_no_bar_is_drawn(tmp_path, caplog):
-    caplog.set_level("INFO", logger="bench.engine")
+    caplog.set_level("INFO", logger="bench.run.engine")
     fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), TRAINER, torch.device("cpu"), tmp_path,
         seed=0, progress=False, log_every_s=0.0)
     lines = [r.getMessage() for r in caplog.records if "epoch ends in" in r.getMessage()]
@@ -261,11 +261,11 @@ def test_a_run_without_a_terminal_logs_progress_unless_told_not_to(progress, log
     from hydra import compose, initialize_config_dir
 
     from bench import experiment
-    from bench.config import CONF_DIR
+    from bench.setup.compose import CONF_DIR
 
     monkeypatch.setattr(experiment, "PROGRESS_LOG_S", 0.0)
     monkeypatch.setattr("sys.stderr.isatty", lambda: False)
-    caplog.set_level("INFO", logger="bench.engine")
+    caplog.set_level("INFO", logger="bench.run.engine")
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[
             "task=image", "task.dataset=digits", "model=gru", "trainer.max_steps=2", "trainer.infer_iters=1",
@@ -277,8 +277,8 @@ def test_a_run_without_a_terminal_logs_progress_unless_told_not_to(progress, log
 
 
 def test_runs_flush_subnormal_floats_to_zero():
-    from bench.build import build
-    from bench.config import compose_config
+    from bench.setup.build import build
+    from bench.setup.compose import compose_config
 
     torch.set_flush_denormal(False)
     assert torch.tensor([1e-39]).item() != 0  # a subnormal, kept

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from bench.config import compose_config, sweep_jobs
 from bench.estimate import by_task_and_model, estimate_jobs, parallel_wall_time, summary, sweep_configs
-from bench.record import config_hash, resolved_config
+from bench.records.record import config_hash, resolved_config
+from bench.setup.compose import compose_config, sweep_jobs
 from tests.conftest import run_cli, write_record
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from bench.build import build_model
 from bench.errors import BenchError
+from bench.setup.build import build_model
 from models.inputs import TokenSequence
 from tests.conftest import ROOT, read_records, run_cli
 from tests.test_cli import BUDGET, TINY_TASKS

@@ -8,9 +8,9 @@ import torch
 from omegaconf import OmegaConf
 from timm.models.vision_transformer import VisionTransformer
 
-from bench.build import build_model
 from bench.errors import BenchError
-from bench.measure import count_parameters
+from bench.run.measure import count_parameters
+from bench.setup.build import build_model
 from bench.task import Splits
 from models.patch import PatchEmbed2d, ShiftedPatchEmbed2d, num_patches
 from models.patch import PatchTransformerClassifier as ViT

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bench.imagefolder import read_imagefolder
+from bench.data.imagefolder import read_imagefolder
 from tests.conftest import read_records, run_cli
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.build import build_model, build_task
-from bench.config import CONF_DIR
-from bench.measure import count_parameters
+from bench.run.measure import count_parameters
+from bench.setup.build import build_model, build_task
+from bench.setup.compose import CONF_DIR
 from bench.task import Splits
 
 DATA_INFO = {  # (task, dataset): what the task's loader reports about the data

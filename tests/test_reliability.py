@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from bench.cache import digest_path, is_intact
-from bench.lock import run_lock
+from bench.data.cache import digest_path, is_intact
+from bench.run.lock import run_lock
 from tasks.speech import SpeechTask
 from tests.conftest import ROOT, read_records, run_cli, write_record
 
@@ -68,10 +68,10 @@ def test_two_identical_sweeps_at_once_record_each_job_once(tmp_path):
 
 
 def test_a_crash_while_a_run_is_built_is_recorded_failed(tmp_path, monkeypatch):
-    from bench import build as build_module
-    from bench.config import compose_config
     from bench.errors import RunFailed
     from bench.experiment import run_experiment
+    from bench.setup import build as build_module
+    from bench.setup.compose import compose_config
 
     def broken(cfg):
         raise ZeroDivisionError("a bug in an adapter")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.report import TITLES, write_report
+from bench.report.sections import TITLES, write_report
 from tests.conftest import run_cli, write_record
 
 MALICIOUS = "<script>alert('x')</script>"
@@ -220,7 +220,12 @@ def test_speed_claim_names_each_attention_setting(tmp_path):
 
 
 def test_attention_examples_are_typed_records_that_own_their_figure(tmp_path):
-    from bench.attention_examples import CrossAttentionExample, PatchGridExample, load_example, save_example
+    from bench.records.attention_examples import (
+        CrossAttentionExample,
+        PatchGridExample,
+        load_example,
+        save_example,
+    )
 
     cross = CrossAttentionExample(heads=torch.rand(2, 3, 4), source_tokens=list("abcd"),
                                   target_tokens=list("xyz"))
@@ -264,7 +269,7 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
 
 
 def test_metric_by_length_is_judged_against_each_baseline_family():
-    from bench.analysis import long_range_findings
+    from bench.report.analysis import long_range_findings
 
     records = []
     for family, model, (short, long) in (("attention", "attention", (30, 28)), ("rnn", "gru", (25, 15)),
@@ -323,7 +328,7 @@ def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
     assert MALICIOUS not in samples and "one &#124; &lt;script&gt;" in samples
     row = next(line for line in samples.splitlines() if line.startswith("| one two"))
     assert row.count("|") == 3  # two cells: the user's "|" did not open a third
-    from bench.report import shorten
+    from bench.report.sections import shorten
 
     assert shorten("word " * 100, 20) == "word word word word …" and shorten("short") == "short"
     page = html_path.read_text()
@@ -364,7 +369,7 @@ def test_time_to_quality_and_learning_curves(tmp_path):
 
 
 def test_lower_is_better_time_to_quality_counts_reaching_down():
-    from bench.analysis import quality_targets, time_to_quality
+    from bench.report.analysis import quality_targets, time_to_quality
 
     curves = pd.DataFrame([{"task": "asr", "dataset": "d", "model": m, "model_family": f, "seed": 0,
                             "higher_is_better": False, "epoch": e, "train_samples": e, "wall_s": 10.0 * e,
@@ -386,7 +391,7 @@ def test_lower_is_better_time_to_quality_counts_reaching_down():
 def test_log_axes_label_plain_numbers_that_do_not_overlap(values, base):
     import matplotlib.pyplot as plt
 
-    from bench.report import readable_log_axis
+    from bench.report.sections import readable_log_axis
 
     fig, ax = plt.subplots(figsize=(4.2, 3.4))
     ax.plot(values, [1, 2], marker="o")

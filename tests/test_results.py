@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bench.results import COLUMNS, aggregate, confidence_interval, load, save
+from bench.records.columns import NAMES as COLUMNS
+from bench.records.table import aggregate, confidence_interval, load, save
 from tests.conftest import run_cli, write_record
 
 TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=3", "trainer.batch_size=32",
@@ -115,9 +116,9 @@ def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path
     the hash today's config of the same experiment has, so `mhab run` resumes from it and
     tables count it with new runs; another builder is another experiment. A damaged record of
     another run of the seed does not stop the resume."""
-    from bench.config import compose_config
-    from bench.record import config_hash, resolved_config
-    from bench.results import setting_labels
+    from bench.records.record import config_hash, resolved_config
+    from bench.records.table import setting_labels
+    from bench.setup.compose import compose_config
     from tests.conftest import run_cli, write_record
 
     overrides = ["suite=quick", "task=image", "model=attention"]

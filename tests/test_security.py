@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.io import load_state_dict
-from bench.report import write_report
+from bench.records.atomic import load_state_dict
+from bench.report.sections import write_report
 from tests.conftest import write_record
 
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from bench.audio import frame_stats, normalise, pad_or_crop
+from bench.data.audio import frame_stats, normalise, pad_or_crop
+from bench.data.speech_synth import draw_specs, synthesise
 from bench.errors import BenchError
 from models.patch import PatchTransformerClassifier, num_patches
 from tasks.speech import SpeechTask
-from tasks.speech_synth import draw_specs, synthesise
 
 PER_DIGIT = 10
 
@@ -123,7 +123,7 @@ def test_fsdd_official_and_speaker_splits(data_dir, tmp_path):
 
 
 def test_time_shift_moves_each_clip_whole_within_the_window():
-    from bench.audio import shift_in_time
+    from bench.data.audio import shift_in_time
 
     frames = 12
     lengths = torch.tensor([4, 12, 1, 7] * 8)

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench import speed, speed_analysis
+from bench.speed import analysis as speed_analysis
+from bench.speed import benchmark as speed
 from models.attention import MultiHeadAttention
 from tests.conftest import run_cli
 
@@ -211,8 +212,8 @@ def test_speed_bad_input_is_one_line(tmp_path, override, message):
 def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
     """Several sdpa_backends: the impls that call SDPA are timed under each kernel, the others
     once; a kernel the device lacks leaves a status row; the choice table picks the fastest."""
-    from bench.config import compose_config
-    from bench.report import Section, _speed_tables
+    from bench.report.sections import Section, _speed_tables
+    from bench.setup.compose import compose_config
 
     cfg = compose_config("speed", ["attention.batch_sizes=[2]", "attention.seq_lens=[8]",
                                    "attention.dim=32", "attention.num_heads=4", "warmup=0", "iters=1",

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from bench.stats import Difference, holm, verdict, welch
+from bench.report.stats import Difference, holm, verdict, welch
 
 
 def test_welch_is_scipys_unequal_variance_test_with_its_interval():
@@ -53,7 +53,7 @@ def test_verdict_follows_the_claimed_direction_and_the_corrected_p():
 
 
 def test_report_numbers_are_never_in_scientific_notation():
-    from bench.analysis import fmt
+    from bench.records.numbers import fmt
 
     assert fmt(11010.5) == "11,010" and fmt(123456789.0) == "123,456,789"
     assert fmt(1234.5) == "1234" and fmt(3.14159) == "3.142" and fmt(0.0001234) == "0.0001234"

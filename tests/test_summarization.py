@@ -10,7 +10,7 @@ import pytest
 from rouge_score import rouge_scorer
 
 from bench.errors import BenchError
-from bench.record import record_problem
+from bench.records.record import record_problem
 from tasks.summarization import SEVERITIES, SummarizationTask, incident_reports, read_aeslc_email, read_jsonl
 from tests.conftest import read_records, run_cli
 

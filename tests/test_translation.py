@@ -5,9 +5,9 @@ import sacrebleu
 import torch
 
 from bench.errors import BenchError
-from bench.text_pairs import BOS, EOS, PAD, PairDataset, collate_pairs
 from models.decoding import beam_search, greedy_decode, greedy_decode_without_cache
 from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq, padding_mask
+from tasks.text_pairs import BOS, EOS, PAD, PairDataset, collate_pairs
 from tasks.translation import TranslationTask, number_phrases
 
 SMALL = {"train": 600, "val": 40, "test": 40}

@@ -27,16 +27,16 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from bench import measure
-from bench.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
-from bench.build import Setup, build, check_progress
-from bench.build import validate as validate_run
-from bench.config import compose_config, parse_overrides
-from bench.engine import build_ema, build_optimizer, fit, train_step
-from bench.environment import cpu_model, resolve_device
 from bench.errors import BenchError
-from bench.schema import check_section, dataclass_hints
-from bench.speed_analysis import TARGET, paired_overhead
+from bench.run import measure
+from bench.run.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
+from bench.run.engine import build_ema, build_optimizer, fit, train_step
+from bench.run.environment import cpu_model, resolve_device
+from bench.setup.build import Setup, build, check_progress
+from bench.setup.build import validate as validate_run
+from bench.setup.compose import compose_config, parse_overrides
+from bench.setup.schema import check_section, dataclass_hints
+from bench.speed.analysis import TARGET, paired_overhead
 from models.attention import MultiHeadAttention
 from models.settings import AT_LEAST_1, NON_NEGATIVE
 
@@ -399,7 +399,7 @@ class TaskSpeedSettings:
 class SpeedSettings:
     """``conf/speed.yaml``: the type and range of every key, checked before anything runs."""
 
-    device: str  # checked by bench.environment.resolve_device
+    device: str  # checked by bench.run.environment.resolve_device
     results_dir: str
     data_dir: str | None
     cache_dir: str
@@ -409,8 +409,8 @@ class SpeedSettings:
     iters: Annotated[int, AT_LEAST_1]
     matmul_size: Annotated[int, AT_LEAST_1]
     matmul_repeats: Annotated[int, AT_LEAST_1]
-    dtype: str  # checked by bench.acceleration.check_dtype
-    compile: bool | str  # checked by bench.acceleration.check_compile
+    dtype: str  # checked by bench.run.acceleration.check_dtype
+    compile: bool | str  # checked by bench.run.acceleration.check_compile
     progress: Any  # auto | true | false
     attention: AttentionSpeedSettings
     tasks: TaskSpeedSettings

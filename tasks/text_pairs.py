@@ -25,10 +25,10 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from bench.attention_examples import CrossAttentionExample
-from bench.cache import discard, is_intact, store
-from bench.data import cache_path
+from bench.data.cache import discard, is_intact, store
+from bench.data.files import cache_path
 from bench.errors import BenchError
+from bench.records.attention_examples import CrossAttentionExample
 from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length
 from models.decoding import beam_search, greedy_decode
 from models.inputs import TokenPairs

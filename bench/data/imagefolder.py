@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bench.cache import cached
-from bench.data import cache_path
+from bench.data.cache import cached
+from bench.data.files import cache_path
 from bench.errors import BenchError
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")

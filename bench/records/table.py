@@ -13,16 +13,10 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
-from bench.io import atomic_write, atomic_write_text
-from bench.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
+from bench.records.atomic import atomic_write, atomic_write_text
+from bench.records.columns import COLUMNS, NAMES
+from bench.records.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
-COLUMNS = [
-    "task", "dataset", "model", "model_family", "variant", "setting", "seed", "status", "metric_name",
-    "higher_is_better", "test_metric", "val_metric", "params", "train_samples_per_s", "infer_samples_per_s",
-    "infer_latency_ms_median", "flops_per_sample", "train_activation_mb", "peak_memory_mb", "epochs_run",
-    "wall_time_s", "device", "device_name", "config_hash", "run_id", "error",
-    "num_heads", "num_heads_sweep", "seq_len", "seq_len_sweep",
-]
 GROUP = ["task", "dataset", "model", "variant", "setting"]
 MAX_SETTING_KEYS = 3
 # The experiment axes the report draws against, read from each record's config: (config key,
@@ -33,11 +27,7 @@ AXES = {"num_heads": ("model.num_heads", False), "seq_len": ("task.seq_len", Tru
 
 
 def _row(rec: dict) -> dict:
-    env = rec.get("environment") or {}
-    row = {key: rec.get(key) for key in COLUMNS}
-    row["device"], row["device_name"] = env.get("device"), env.get("device_name")
-    row["variant"] = rec.get("variant") or "default"  # as the runner records an unlabelled run
-    return {**row, **axis_values(rec.get("config"))}
+    return {**{column.name: column.value(rec) for column in COLUMNS}, **axis_values(rec.get("config"))}
 
 
 def axis_values(config: dict | None) -> dict[str, Any]:
@@ -126,7 +116,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     for rec in records:
         settings = among_ok if rec.get("status") == "ok" else among_all
         rows.append({**_row(rec), "setting": settings[_group(rec)][rec.get("config_hash")]})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=NAMES)
 
 
 def load(results_dir: str | Path) -> pd.DataFrame:
@@ -174,31 +164,15 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     variant (ok runs only), with parameters and throughput beside them."""
     ok = latest_ok(frame)
     grouped = ok.groupby(GROUP, dropna=False)
-    out = grouped.agg(
-        model_family=("model_family", "first"),
-        metric_name=("metric_name", "first"),
-        higher_is_better=("higher_is_better", "first"),
-        seeds=("seed", "nunique"),
-        mean=("test_metric", "mean"),
-        std=("test_metric", "std"),
-        params=("params", "mean"),
-        flops_per_sample=("flops_per_sample", "mean"),
-        train_samples_per_s=("train_samples_per_s", "mean"),
-        infer_samples_per_s=("infer_samples_per_s", "mean"),
-        train_activation_mb=("train_activation_mb", "mean"),
-        peak_memory_mb=("peak_memory_mb", "max"),
-        epochs_run=("epochs_run", "mean"),
-        wall_time_s=("wall_time_s", "mean"),
-        **{column: (column, "first") for axis in AXES for column in (axis, f"{axis}_sweep")},
-    ).reset_index()
+    columns = {c.aggregate_name: (c.name, c.aggregate) for c in COLUMNS if c.aggregate}
+    out = grouped.agg(**columns, mean=("test_metric", "mean"), std=("test_metric", "std")).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
                [confidence_interval(g["test_metric"]) for _, g in grouped])
-    # each seed's test metric, in seed order: what a test of a difference needs (bench.stats)
+    # each seed's test metric, in seed order: what a test of a difference needs (bench.report.stats)
     out["values"] = [tuple(g.sort_values("seed")["test_metric"]) for _, g in grouped]
     return out
 
 
-def summary_columns(frame: pd.DataFrame) -> list[str]:
-    wanted = ["task", "dataset", "model", "setting", "seed", "status", "test_metric", "params",
-              "train_samples_per_s", "infer_samples_per_s", "wall_time_s"]
-    return [c for c in wanted if c in frame.columns]
+def run_list_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns ``mhab table`` lists each run with."""
+    return [c.name for c in COLUMNS if c.in_run_list and c.name in frame.columns]

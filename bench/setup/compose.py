@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def group_choices(*groups: str) -> str:

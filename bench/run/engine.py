@@ -2,7 +2,7 @@
 
 AdamW, linear warm-up then cosine decay, gradient clipping, an optional moving average of
 the weights, validation after each epoch, the best-validation checkpoint kept and evaluated on
-the test split at the end; optionally bf16 autocast and torch.compile (``bench.acceleration``).
+the test split at the end; optionally bf16 autocast and torch.compile (``bench.run.acceleration``).
 """
 
 from __future__ import annotations
@@ -13,56 +13,27 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
 from timm.optim import param_groups_weight_decay
 from timm.utils import ModelEmaV3
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from bench import measure
-from bench.acceleration import autocast, compile_model
-from bench.attention_distance import mean_attention_distance
-from bench.attention_examples import save_example
 from bench.errors import RunFailed
-from bench.io import atomic_torch_save, load_state_dict
-from bench.loggers import RunLogger
+from bench.records.atomic import atomic_torch_save, load_state_dict
+from bench.run import measure
+from bench.run.acceleration import autocast, compile_model
+from bench.run.final import measure_final
+from bench.run.loggers import RunLogger
 from bench.task import Batch, Splits, Task
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
-
-
-@dataclass
-class TrainerSettings:
-    """The engine's recipe, ``conf/trainer/*.yaml``: the type and range of every key, checked
-    before a run (``bench.schema``). Every model of a task trains under the same one."""
-
-    epochs: Annotated[int, AT_LEAST_1]
-    max_steps: Annotated[int, AT_LEAST_1] | None
-    batch_size: Annotated[int, AT_LEAST_1]
-    batching: Literal["random", "bucketed"]  # bench.batching.BATCHINGS
-    max_tokens: Annotated[int, AT_LEAST_1] | None
-    eval_batch_size: Annotated[int, AT_LEAST_1]
-    lr: Annotated[float, POSITIVE]
-    min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
-    warmup_epochs: Annotated[float, NON_NEGATIVE]
-    weight_decay: Annotated[float, NON_NEGATIVE]
-    betas: tuple[Annotated[float, FRACTION], Annotated[float, FRACTION]]
-    grad_clip: Annotated[float, NON_NEGATIVE] | None  # 0 or null: no clipping
-    ema_decay: Annotated[float, Range(gt=0, lt=1)] | None
-    num_workers: Annotated[int, NON_NEGATIVE]
-    dtype: str  # float32 | bf16, checked by bench.acceleration.check_dtype
-    compile: bool | str  # checked by bench.acceleration.check_compile
-    timing_warmup_steps: Annotated[int, NON_NEGATIVE]
-    infer_iters: Annotated[int, AT_LEAST_1]
-
 
 CHECKPOINT = "best.pt"
 LOG_EVERY_STEPS = 10  # how often a run logger gets the training loss, learning rate and samples/s
-ATTENTION_EXAMPLE = "attention.pt"
 log = logging.getLogger(__name__)
 
 
@@ -139,7 +110,8 @@ def fit(
     run_dir: Path, seed: int, progress: bool = True, log_every_s: float | None = None,
     logger: RunLogger | None = None,
 ) -> dict[str, Any]:
-    """Train, select the best-validation checkpoint, evaluate it on test; return measurements.
+    """Train, select the best-validation checkpoint, evaluate it on test; return measurements
+    (the record's fields from training and from ``bench.run.final``).
 
     ``progress`` draws a bar; ``log_every_s`` logs a progress line that often instead, for
     output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
@@ -148,7 +120,23 @@ def fit(
                                cfg.get("max_tokens"))
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
+    precision = functools.partial(autocast, device, cfg.dtype)
+    trained = train(task, model, train_loader, val_loader, cfg, device, run_dir, precision, progress,
+                    log_every_s, logger)
+    model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
+    final = measure_final(task, model.eval(), splits, test_loader, device, run_dir, precision,
+                          cfg.infer_iters)
+    return {**trained, **final}
 
+
+def train(
+    task: Task, model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, cfg: DictConfig,
+    device: torch.device, run_dir: Path, precision: Callable[[], AbstractContextManager],
+    progress: bool = True, log_every_s: float | None = None, logger: RunLogger | None = None,
+) -> dict[str, Any]:
+    """The training loop: AdamW under the warm-up/cosine schedule, validation after each epoch
+    and the best-validation weights (of the moving average, with one) saved as ``CHECKPOINT``.
+    Returns the record's training fields: history, checkpoint choice, throughput, activations."""
     steps_per_epoch = len(train_loader)
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
@@ -162,7 +150,6 @@ def fit(
     ema = build_ema(model, cfg)  # before compiling: the average is a plain copy of the weights
     evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
     compile_model(model, cfg.compile)
-    precision = functools.partial(autocast, device, cfg.dtype)
 
     first = task.to_device(next(iter(train_loader)), device)
     with precision():  # the first compile happens here, before any step is timed
@@ -238,17 +225,8 @@ def fit(
             best_val, best_epoch = val["metric"], epoch
             atomic_torch_save(run_dir / CHECKPOINT, evaluated.state_dict())
     train_seconds = time.perf_counter() - train_start
-
-    model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
-    model.eval()
-    with precision():
-        test = task.evaluate(model, test_loader, device, final=True)
-        example = task.model_inputs(task.to_device(next(iter(test_loader)), device))
-        flops_per_sample = measure.flops_per_sample(model, example)
-    results: dict[str, Any] = {
+    return {
         "val_metric": best_val,
-        "test_metric": test["metric"],
-        "test_loss": test["loss"],
         "best_epoch": best_epoch,
         "epochs_run": len(history),
         "steps": step,
@@ -261,20 +239,6 @@ def fit(
         "train_seconds": train_seconds,
         "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
         "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
-        "flops_per_sample": flops_per_sample,
         "train_activation_mb": activation_mb,
         "train_activation_batch": first[-1].shape[0],
-        "test_details": {k: v for k, v in test.items() if k not in ("metric", "loss")},
     }
-    distance = mean_attention_distance(
-        model, (task.model_inputs(task.to_device(batch, device)) for batch in test_loader))
-    if distance is not None:
-        results["attention_distance"] = distance
-    attention = task.attention_example(model, splits, device)
-    if attention is not None:
-        save_example(run_dir / ATTENTION_EXAMPLE, attention)
-        results["attention_example"] = ATTENTION_EXAMPLE
-    results.update(measure.peak_memory_mb(device))
-    with precision():
-        results.update(measure.inference_speed(model, example, device, cfg.infer_iters, infer=task.infer))
-    return results

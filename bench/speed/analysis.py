@@ -1,6 +1,6 @@
 """What ``mhab speed``'s rows say: the targets at the reference point and of the engine, each
 judged against its goal in ``GOALS`` with a 95% CI where it has one; the SDPA kernel choice;
-a summary of the reference rounds. Nothing here measures (``bench.speed`` does).
+a summary of the reference rounds. Nothing here measures (``bench.speed.benchmark`` does).
 """
 
 from __future__ import annotations

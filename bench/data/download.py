@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.data import SOURCES, DatasetSource, sha256
+from bench.data.files import SOURCES, DatasetSource, sha256
 from bench.errors import BenchError
 
 DOWNLOAD_WORKERS = 8

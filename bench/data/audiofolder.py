@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.audio import read_audio
+from bench.data.audio import read_audio
 from bench.errors import BenchError
 
 METADATA = "metadata.csv"

@@ -4,7 +4,7 @@ offline with espeak-ng.
 The ``espeakng-loader`` wheel bundles libespeak-ng and its data; we call its C API through
 ctypes. espeak-ng carries state from one utterance to the next (and seeds its noise from it),
 so a set is only reproducible when synthesised in the same order in a fresh process: each
-call here runs ``python -m tasks.speech_synth`` as a child process. Voices, variants, rates,
+call here runs ``python -m bench.data.speech_synth`` as a child process. Voices, variants, rates,
 pitches and noise are drawn from a NumPy generator seeded by ``seed``; the same seed gives the
 same clips.
 """
@@ -117,9 +117,9 @@ def synthesise(specs: list[ClipSpec], seed: int) -> tuple[int, list[np.ndarray]]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "clips.npz"
         proc = subprocess.run(
-            [sys.executable, "-m", "tasks.speech_synth", str(out)],
+            [sys.executable, "-m", "bench.data.speech_synth", str(out)],
             input=json.dumps([asdict(s) for s in specs]), capture_output=True, text=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
         )
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -14,9 +14,9 @@ from typing import IO
 
 import torch
 
-from bench.data import sha256
+from bench.data.files import sha256
 from bench.errors import NotWritable
-from bench.io import atomic_write, atomic_write_text, load_state_dict
+from bench.records.atomic import atomic_write, atomic_write_text, load_state_dict
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,40 +23,19 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from bench.acceleration import check_compile, check_dtype
-from bench.engine import TrainerSettings
-from bench.environment import resolve_device
 from bench.errors import BenchError
-from bench.schema import check_section, dataclass_hints, signature_hints
+from bench.run.acceleration import check_compile, check_dtype
+from bench.run.environment import resolve_device
+from bench.setup.schema import check_section, dataclass_hints, signature_hints
+from bench.setup.settings import RunSettings, TrainerSettings
 from bench.task import Splits, Task
 from models.inputs import Built, InputKind
-from models.settings import NON_NEGATIVE
 
 # Model config keys that label a run rather than configure the builder.
 LABEL_KEYS = ("_target_", "name", "family")
 # Task config keys the adapter does not take as arguments, and those ``build_task`` passes.
 TASK_LABEL_KEYS = ("_target_",)
 TASK_INJECTED = ("data_dir", "cache_dir")
-
-
-@dataclass
-class RunSettings:
-    """The top level of ``conf/config.yaml`` (the groups are checked against their own code)."""
-
-    seed: Annotated[int, NON_NEGATIVE]
-    device: str  # checked by bench.environment.resolve_device
-    results_dir: str
-    data_dir: str | None
-    cache_dir: str
-    progress: Any  # auto | true | false: checked below with its own message
-    logger: Literal["tensorboard", "mlflow", "csv", "none"]  # bench.loggers.LOGGERS
-    variant: str | int | None
-    force: bool
-    task: Any
-    model: Any
-    trainer: Any
-    suite: Any  # {} from suite=none and claim=none, which set nothing under their own key
-    claim: Any
 
 
 def seed_everything(seed: int) -> None:
@@ -126,7 +105,7 @@ def check_task_keys(task_cfg: DictConfig) -> None:
 def validate(cfg: DictConfig) -> None:
     """Catch impossible settings before anything is built or written: every key of the top
     level, the task, the model and the trainer against its declared type and range
-    (``bench.schema``), then what only several keys together can say."""
+    (``bench.setup.schema``), then what only several keys together can say."""
     check_section("", cfg, dataclass_hints(RunSettings), "top-level")
     check_task_keys(cfg.task)
     check_model_keys(cfg.model)

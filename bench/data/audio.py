@@ -17,7 +17,7 @@ import torch
 import torchaudio
 from torch import Tensor
 
-from bench.data import data_root, verify_files
+from bench.data.files import data_root, verify_files
 from bench.errors import BenchError
 
 FSDD_NAME = re.compile(r"^(\d)_([a-z]+)_(\d+)\.wav$")  # digit_speaker_recording.wav

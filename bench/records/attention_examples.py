@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from bench.io import atomic_torch_save, load_state_dict  # noqa: E402
+from bench.records.atomic import atomic_torch_save, load_state_dict  # noqa: E402
 
 
 @dataclass

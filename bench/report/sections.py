@@ -1,7 +1,7 @@
 """``mhab report``: report.md and a self-contained report.html from the results table.
 
 This module draws and writes; what the report says (tables, verdicts) is computed from the
-run records in ``bench.analysis``. A section without data says what to run to fill it.
+run records in ``bench.report.analysis``. A section without data says what to run to fill it.
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
-from bench.analysis import (  # noqa: E402
+from bench.records.atomic import atomic_write, atomic_write_text  # noqa: E402
+from bench.records.attention_examples import load_example  # noqa: E402
+from bench.records.columns import COLUMNS  # noqa: E402
+from bench.records.numbers import fmt  # noqa: E402
+from bench.records.table import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
+from bench.report.analysis import (  # noqa: E402
     attention_distances,
     direction,
     distance_findings,
     distance_spread,
-    fmt,
     heads_findings,
     heads_table,
     higher_is_better,
@@ -38,10 +42,7 @@ from bench.analysis import (  # noqa: E402
     time_to_quality,
     time_to_quality_findings,
 )
-from bench.attention_examples import load_example  # noqa: E402
-from bench.io import atomic_write, atomic_write_text  # noqa: E402
-from bench.loggers import publish_report  # noqa: E402
-from bench.results import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
+from bench.run.loggers import publish_report  # noqa: E402
 
 TITLES = dict(
     [
@@ -102,30 +103,29 @@ def readable_log_axis(axis, base: float = 10) -> None:
 
 
 # ---------------------------------------------------------------- sections
+def _results_table(group: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One task's aggregate as the report shows it: the columns that ``bench.records.columns``
+    gives a header, in its order, and the test metric (mean ± 95% CI) after the seeds."""
+    table = {}
+    for column in (c for c in COLUMNS if c.header):
+        values = group.get(column.aggregate_name)
+        if values is None or (column.header_only_if_any and not values.astype(bool).any()):
+            continue
+        table[column.header] = values.map(column.format)
+        if column.aggregate_name == "seeds":
+            table[f"test {metric}, {direction(higher_is_better(group))} (mean ± 95% CI)"] = [
+                f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g} (1 seed)"
+                for m, c in zip(group["mean"], group["ci95"], strict=True)]
+    return pd.DataFrame(table)
+
+
 def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
     s = Section("results", TITLES["results"])
     if agg.empty:
         s.text("No successful runs yet: run `mhab run -m suite=quick`.")
     for (task, dataset), group in agg.groupby(["task", "dataset"]):
         metric = group["metric_name"].iloc[0]
-        table = pd.DataFrame(
-            {
-                "model": group["model"],
-                "variant": group["variant"],
-                **({"setting": group["setting"]} if group["setting"].astype(bool).any() else {}),
-                "seeds": group["seeds"],
-                f"test {metric}, {direction(higher_is_better(group))} (mean ± 95% CI)": [
-                    f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g} (1 seed)"
-                    for m, c in zip(group["mean"], group["ci95"], strict=True)
-                ],
-                "params": group["params"].map(lambda v: f"{v:,.0f}"),
-                "train samples/s": group["train_samples_per_s"].map(fmt),
-                "inference samples/s": group["infer_samples_per_s"].map(fmt),
-                "GFLOPs/sample": (group["flops_per_sample"] / 1e9).map(fmt),
-                "epochs": group["epochs_run"].map(lambda v: fmt(v, 3)),
-                "wall (min)": (group["wall_time_s"] / 60).map(lambda v: fmt(v, 3)),
-            }
-        )
+        table = _results_table(group, metric)
         s.text(f"{task} / {dataset}")
         s.table(table)
         for verdict in model_verdicts(group):
@@ -208,7 +208,7 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed_analysis import backend_choice, reference_summary, targets
+    from bench.speed.analysis import backend_choice, reference_summary, targets
 
     context = speed.iloc[0]
     measured = speed[speed["section"] == "attention"]

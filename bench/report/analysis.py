@@ -1,5 +1,5 @@
 """What the report says, computed from the results table and the run records: the tables it
-draws and the verdicts on the article's claims. Nothing here draws or writes (``bench.report``
+draws and the verdicts on the article's claims. Nothing here draws or writes (``bench.report.sections``
 does); everything is read from recorded fields: the model family, the config's axes, the
 record's metric by length.
 
@@ -15,24 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.results import label, metric_by_length
-from bench.stats import Difference, holm, verdict, welch
+from bench.records.numbers import fmt
+from bench.records.table import label, metric_by_length
+from bench.report.stats import Difference, holm, verdict, welch
 
 ATTENTION = "attention"
-
-
-def fmt(value: float, digits: int = 4) -> str:
-    """A number for reading: ``digits`` significant digits, thousands separated, never in
-    scientific notation (11,010 rather than 1.101e+04; 0.0001234 as it is)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if abs(value) >= 10 ** digits:
-        return f"{value:,.0f}"
-    text = f"{value:.{digits}g}"
-    if "e" not in text:
-        return text
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))  # a tiny value, written out
-    return f"{float(text):.{decimals}f}"
 
 
 def higher_is_better(rows: pd.DataFrame) -> bool:

@@ -8,14 +8,16 @@ import json
 import math
 import os
 import time
+import types
+import typing
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
-from bench.io import atomic_write_json
+from bench.records.atomic import atomic_write_json
 
 RECORD = "record.json"
 SCHEMA_VERSION = 1
@@ -105,39 +107,133 @@ def new_run_dir(results_dir: str | Path, stem: str) -> Path:
             continue
 
 
-def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
-    return atomic_write_json(run_dir / RECORD, {"schema_version": SCHEMA_VERSION, **record})
+Number = int | float
 
 
-# What every record holds, and what an ok one adds: (key, types). A record is checked when read.
-RECORD_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
-    ("status", (str,)), ("task", (str,)), ("dataset", (str,)), ("model", (str,)), ("seed", (int,)),
-    ("config_hash", (str,)), ("run_id", (str,)),
-)
-OK_FIELDS: tuple[tuple[str, tuple[type, ...]], ...] = (
-    ("metric_name", (str,)), ("test_metric", (int, float)), ("params", (int,)),
-)
+class RunRecord(TypedDict, total=False):
+    """A run record (``runs/<run>/record.json``): one type for every run, ok or not. What is
+    read from it anywhere (tables, report, estimate) is a field here; a record is checked
+    against these types when written and when read (``record_problem``)."""
+
+    schema_version: int
+    status: Literal["ok", "failed", "interrupted"]
+    error: str  # why a run is not ok
+    traceback: str
+    # what ran
+    task: str
+    dataset: str
+    model: str
+    model_family: str
+    variant: str
+    seed: int
+    config_hash: str
+    config: dict[str, Any]  # the resolved config, hydra's own keys left out
+    run_id: str
+    run_dir: str
+    started_at: str
+    environment: dict[str, Any]  # bench.run.environment: device, versions, git commit, threads
+    data: dict[str, Any]  # split sizes, batching, what the task read
+    model_notes: str
+    # what it measured (bench.run.engine, bench.run.final)
+    metric_name: str
+    higher_is_better: bool
+    params: int
+    val_metric: Number | None
+    test_metric: Number | None  # a finite number in an ok record
+    test_loss: Number | None
+    test_details: dict[str, Any]
+    best_epoch: int
+    epochs_run: int
+    steps: int
+    checkpoint_selection: str
+    history: list[dict[str, Any]]
+    train_seconds: Number
+    train_samples_per_s: Number | None
+    train_timed_steps: int
+    flops_per_sample: Number | None
+    train_activation_mb: Number | None
+    train_activation_batch: int
+    peak_memory_mb: Number | None
+    peak_memory_kind: str
+    infer_batch_size: int
+    infer_samples_per_s: Number | None
+    infer_latency_ms_median: Number | None
+    attention_distance: dict[str, Any]
+    attention_example: str
+    wall_time_s: Number
+
+
+# Every record has these; an ok one has ``OK_FIELDS`` too.
+REQUIRED_FIELDS = ("status", "task", "dataset", "model", "seed", "config_hash", "run_id")
+OK_FIELDS = ("metric_name", "test_metric", "params")
 STATUSES = ("ok", "failed", "interrupted")
 
 
+def _types(hint: Any) -> tuple[type, ...]:
+    """The runtime types a field's hint allows (``int | float | None`` -> int, float, NoneType)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is Literal:
+        return (str,)
+    if args and typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return tuple(t for arg in args for t in _types(arg))
+    return (typing.get_origin(hint) or hint,)
+
+
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    name: _types(hint) for name, hint in typing.get_type_hints(RunRecord).items()}
+_KIND = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
+         list: "a list"}
+
+
+def _field_problem(key: str, value: Any) -> str | None:
+    allowed = FIELD_TYPES[key]
+    if value is None and type(None) in allowed:
+        return None
+    fits = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if fits:
+        return None
+    kind = " or ".join(dict.fromkeys(_KIND[t] for t in allowed if t in _KIND))
+    return f"'{key}' must be {kind}, got {value!r}"
+
+
 def record_problem(rec: Any) -> str | None:
-    """Why ``rec`` is not a run record, or None."""
+    """Why ``rec`` is not a run record, or None: a required field missing, or any field of
+    ``RunRecord`` of the wrong type."""
     if not isinstance(rec, dict):
         return f"a record is a JSON object, this is a {type(rec).__name__}"
-    fields = RECORD_FIELDS + (OK_FIELDS if rec.get("status") == "ok" else ())
-    for key, types in fields:
-        value = rec.get(key)
-        if key not in rec or isinstance(value, bool) or not isinstance(value, types):
-            kind = {str: "a string", int: "an integer", float: "a number"}[types[-1]]
-            return f"'{key}' must be {kind}, got {value!r}" if key in rec else f"no '{key}'"
+    required = REQUIRED_FIELDS + (OK_FIELDS if rec.get("status") == "ok" else ())
+    for key in required:
+        if key not in rec:
+            return f"no '{key}'"
+        if problem := _field_problem(key, rec[key]):
+            return problem
     if rec["status"] not in STATUSES:
         return f"'status' must be one of {', '.join(STATUSES)}, got {rec['status']!r}"
-    if rec["status"] == "ok" and not math.isfinite(rec["test_metric"]):
+    if rec["status"] == "ok" and not (isinstance(rec["test_metric"], int | float)
+                                      and math.isfinite(rec["test_metric"])):
         return f"an ok run without a finite test_metric ({rec['test_metric']})"
+    for key, value in rec.items():
+        if key in FIELD_TYPES and key not in required and (problem := _field_problem(key, value)):
+            return problem
     return None
 
 
-def read_record(path: str | Path) -> dict[str, Any]:
+def make_record(identity: RunRecord, status: str, started: float, **fields: Any) -> RunRecord:
+    """The one place a record is put together: what ran (``identity``), how it ended, what it
+    measured, and its wall time since ``started`` (``time.time()``)."""
+    return RunRecord(**identity, status=status, **fields, wall_time_s=time.time() - started)
+
+
+def write_record(run_dir: Path, record: RunRecord) -> Path:
+    """Write ``record`` as ``run_dir/record.json``, atomically; a record that is not one (a
+    field of the wrong type) is a bug, never written."""
+    record = RunRecord(schema_version=SCHEMA_VERSION, **record)
+    if problem := record_problem(record):
+        raise ValueError(f"refusing to write a malformed run record to {run_dir}: {problem}")
+    return atomic_write_json(run_dir / RECORD, record)
+
+
+def read_record(path: str | Path) -> RunRecord:
     """A run record, checked, with its config hash computed again from its config: a record
     written before a change to what the hash leaves out (``LATER_KEYS``, the suite key) still
     has the hash of the same experiment today."""

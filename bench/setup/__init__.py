@@ -1,0 +1,6 @@
+"""From config to built objects: composing ``conf/`` with overrides, the settings classes and
+the schema check, and the one build path (task, splits, model) for ``run`` and ``speed``.
+
+Imports: ``bench.errors``, ``bench.records``, ``bench.task``, ``bench.run`` (its checks of
+device, dtype and compile) and ``models``.
+"""
