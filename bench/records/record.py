@@ -11,6 +11,7 @@ import time
 import types
 import typing
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -24,52 +25,69 @@ SCHEMA_VERSION = 1
 # Keys that say where things are or how they are shown, not what is computed: they stay out
 # of the config hash, so the same experiment has the same hash on every machine and seed.
 UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "seed", "device", "force")
-# Keys added after runs were first recorded, with the value that does what those runs did. At
-# that value a key stays out of the hash, so an earlier record of the same experiment still
-# resumes, and still counts as a seed of the same experiment in tables.
-LATER_KEYS: dict[tuple[str, str], Any] = {("trainer", "dtype"): "float32", ("trainer", "compile"): False,
-                                          ("trainer", "batching"): "random", ("trainer", "max_tokens"): None}
-# The same for keys a task's config gained later, per task (``task.name``).
-LATER_TASK_KEYS: dict[str, dict[str, Any]] = {"image": {"root": None, "image_size": 32, "channels": 3}}
-# Model configs name their builder (``model._target_``) since model families became one file
-# each; before, the family key alone chose it. At the builder each family had then, the key
-# stays out of the hash like ``LATER_KEYS``, so earlier records resume and group with new ones.
-BUILDER_OF_FAMILY = {"attention": "models.attention_family.build", "rnn": "models.rnn_family.build"}
+
+
+@dataclass(frozen=True)
+class Later:
+    """A key that configs gained after runs were recorded, and ``absent``: the value that does
+    what a config without it did, where ``when`` holds (dotted key -> value)."""
+
+    key: str
+    absent: Any
+    when: tuple[tuple[str, Any], ...] = ()
+
+
+# The one rule for old records: a config without a key of ``LATER`` reads as its ``absent``
+# value, and a key at that value stays out of the config hash. So a key added with a default
+# that keeps what runs did leaves every earlier experiment's hash as it was: its records still
+# resume and group. tests/test_config_hashes.py pins every shipped experiment's hash; a new key
+# missing here fails it and says what to do.
+LATER: tuple[Later, ...] = (
+    Later("trainer.dtype", "float32"),
+    Later("trainer.compile", False),
+    Later("trainer.batching", "random"),
+    Later("trainer.max_tokens", None),
+    Later("task.root", None, when=(("task.name", "image"),)),
+    Later("task.image_size", 32, when=(("task.name", "image"),)),
+    Later("task.channels", 3, when=(("task.name", "image"),)),
+    # model configs name their builder since families became one file each; before, the
+    # family chose it
+    Later("model._target_", "models.attention_family.build", when=(("model.family", "attention"),)),
+    Later("model._target_", "models.rnn_family.build", when=(("model.family", "rnn"),)),
+)
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def _get(config: dict[str, Any], dotted: str) -> Any:
+    section, _, key = dotted.rpartition(".")
+    holder = config.get(section) if section else config
+    return holder.get(key) if isinstance(holder, dict) else None
+
+
 def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
-    """``config`` with each of ``LATER_KEYS`` at its default value: set (``present``) where
-    missing, or removed."""
+    """``config`` with each key of ``LATER`` that applies to it at its ``absent`` value: set
+    where missing (``present``), or removed where at that value (what the hash reads)."""
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    task = config.get("task")
-    task_keys = LATER_TASK_KEYS.get(task.get("name"), {}) if isinstance(task, dict) else {}
-    later = {**LATER_KEYS, **{("task", key): default for key, default in task_keys.items()}}
-    for (group, key), default in later.items():
+    for later in LATER:
+        if any(_get(config, key) != value for key, value in later.when):
+            continue
+        group, _, key = later.key.rpartition(".")
         section = config.setdefault(group, {}) if present else config.get(group)
         if not isinstance(section, dict):
             continue
         if present:
-            section.setdefault(key, default)
-        elif key in section and section[key] == default and type(section[key]) is type(default):
+            section.setdefault(key, later.absent)
+        elif key in section and section[key] == later.absent and type(section[key]) is type(later.absent):
             del section[key]
-    model = config.get("model")
-    if isinstance(model, dict) and model.get("family") in BUILDER_OF_FAMILY:
-        builder = BUILDER_OF_FAMILY[model["family"]]
-        if present:
-            model.setdefault("_target_", builder)
-        elif model.get("_target_") == builder:
-            del model["_target_"]
     return config
 
 
 def config_hash(cfg: DictConfig | dict) -> str:
     """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``, nor those
-    of ``LATER_KEYS`` that are at their defaults, nor a model's builder where it is the one
-    its family had before configs named it (``BUILDER_OF_FAMILY``)."""
+    of ``LATER`` at their ``absent`` values."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
     # A suite is a `# @package _global_` override, so its runs have no `suite` key where a run
@@ -235,7 +253,7 @@ def write_record(run_dir: Path, record: RunRecord) -> Path:
 
 def read_record(path: str | Path) -> RunRecord:
     """A run record, checked, with its config hash computed again from its config: a record
-    written before a change to what the hash leaves out (``LATER_KEYS``, the suite key) still
+    written before a change to what the hash leaves out (``LATER``, the suite key) still
     has the hash of the same experiment today."""
     path = Path(path)
     try:
