@@ -72,7 +72,7 @@ def table(results_dir: str | Path = "results") -> pd.DataFrame:
 def report(results_dir: str | Path = "results") -> Path:
     """Write ``report.md`` and ``report.html`` for ``results_dir`` (``mhab report``); the
     Markdown's path."""
-    from bench.report.sections import write_report
+    from bench.report.render import write_report
 
     table(results_dir)  # the same error as mhab report for a folder without records
     return write_report(results_dir)[0]

@@ -130,7 +130,7 @@ def report_command(args: list[str]) -> int:
                     "the run records under RESULTS_DIR.")
     parser.add_argument("results_dir", nargs="?", default="results")
     ns = parser.parse_args(args)
-    from bench.report.sections import write_report
+    from bench.report.render import write_report
 
     if not any(Path(ns.results_dir).glob("runs/*/record.json")):
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")

@@ -17,6 +17,7 @@ lexicon-constrained beam search (``tasks.ctc_decoding``), and the record says wh
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 from collections.abc import Iterator
@@ -43,13 +44,6 @@ from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 from tasks.ctc_decoding import BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
 
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
-DEFAULT_SIZES = {"fsdd_strings": {"train": 10000, "val": 1000, "test": 1000},
-                 "synth_strings": {"train": 1200, "val": 150, "test": 150}}
-DERIVED_NOTE = {
-    "fsdd_strings": "derived from FSDD, no published baseline: recordings of single digits joined "
-                    "by silence, so there is no coarticulation between digits",
-    "synth_strings": "synthetic: espeak-ng speaks each whole string, no published baseline",
-}
 Utterance = tuple[str, str, np.ndarray, int]  # split, transcript, wave, sample rate
 
 
@@ -79,6 +73,109 @@ class Utterances(BatchDataset):
         return x, lengths, targets, target_lengths, torch.tensor(indices)
 
 
+class UtteranceSource(abc.ABC):
+    """One ASR dataset: its utterances, what identifies them for the feature cache, and how
+    they are split. It reads its settings from the task."""
+
+    default_sizes: dict[str, int] = {}
+    note: str | None = None  # what a reader should know of the data (a derived set, say)
+
+    def __init__(self, task: ASRTask) -> None:
+        self.task = task
+
+    @classmethod
+    def check(cls, root: str | None) -> None:
+        """A one-line error for settings this dataset cannot use (most take any)."""
+        return
+
+    @abc.abstractmethod
+    def utterances(self) -> Iterator[Utterance]: ...
+
+    @abc.abstractmethod
+    def fingerprint(self) -> dict: ...
+
+    @abc.abstractmethod
+    def split_rule(self) -> str: ...
+
+
+class FsddStrings(UtteranceSource):
+    default_sizes = {"train": 10000, "val": 1000, "test": 1000}
+    note = ("derived from FSDD, no published baseline: recordings of single digits joined by silence, "
+            "so there is no coarticulation between digits")
+
+    def utterances(self) -> Iterator[Utterance]:
+        t = self.task
+        meta, waves, rates = read_fsdd(t.data_dir, t.dataset)
+        recordings = [t.log_mel.resample(w, r).numpy() for w, r in zip(waves, rates, strict=True)]
+        pools = fsdd_pools(meta, t.split, t.holdout_speaker)
+        for split in SPLITS:
+            rng = np.random.default_rng([t.synth_seed, SPLITS.index(split), 1])  # gaps and noise
+            for digits, chosen in draw_strings(pools[split], t.sizes[split], t.min_words,
+                                               t.max_words, [t.synth_seed, SPLITS.index(split)]):
+                wave = join_with_silence([recordings[i] for i in chosen], t.gap_ms,
+                                         t.log_mel.sample_rate, t.snr_db, rng)
+                yield split, " ".join(DIGIT_WORDS[d] for d in digits), wave, t.log_mel.sample_rate
+
+    def fingerprint(self) -> dict:
+        t = self.task
+        return {"fsdd": fsdd_fingerprint(t.data_dir, t.dataset), "sizes": t.sizes,
+                "words": [t.min_words, t.max_words], "gap_ms": t.gap_ms, "snr_db": t.snr_db,
+                "seed": t.synth_seed, "split": t.split, "holdout_speaker": t.holdout_speaker}
+
+    def split_rule(self) -> str:
+        if self.task.split == "speaker":
+            return (f"test: strings of speaker {self.task.holdout_speaker}'s recordings; train and "
+                    f"validation: strings of the other speakers' recordings")
+        return ("test: strings of recordings 0-4 (FSDD's official split); train and validation: "
+                "strings of recordings 5-49, so no recording is in two splits")
+
+
+class SynthStrings(UtteranceSource):
+    default_sizes = {"train": 1200, "val": 150, "test": 150}
+    note = "synthetic: espeak-ng speaks each whole string, no published baseline"
+
+    def utterances(self) -> Iterator[Utterance]:
+        from bench.data.speech_synth import draw_string_specs, spoken_text, synthesise  # espeak-ng: on use
+
+        t = self.task
+        counts = [t.sizes[s] for s in SPLITS]
+        specs = draw_string_specs(sum(counts), t.min_words, t.max_words, t.synth_seed)
+        rate, waves = synthesise(specs, t.synth_seed)
+        splits = [s for s, n in zip(SPLITS, counts, strict=True) for _ in range(n)]
+        for split, spec, wave in zip(splits, specs, waves, strict=True):
+            yield split, spoken_text(spec.digits), wave, rate
+
+    def fingerprint(self) -> dict:
+        t = self.task
+        return {"sizes": t.sizes, "words": [t.min_words, t.max_words], "seed": t.synth_seed}
+
+    def split_rule(self) -> str:
+        return "strings drawn at random from task.synth_seed, split by position"
+
+
+class AudioFolder(UtteranceSource):
+    @classmethod
+    def check(cls, root: str | None) -> None:
+        if not root:
+            raise BenchError("task.dataset=audiofolder needs task.root=PATH, a folder with metadata.csv "
+                             "(file_name, transcription[, split]) or train/, validation/, test/ folders")
+
+    def utterances(self) -> Iterator[Utterance]:
+        yield from read_audiofolder(self.task.root, self.task.val_fraction, self.task.synth_seed)
+
+    def fingerprint(self) -> dict:
+        t = self.task
+        return {"audiofolder": audiofolder_fingerprint(t.root), "val_fraction": t.val_fraction,
+                "seed": t.synth_seed}
+
+    def split_rule(self) -> str:
+        return "the audiofolder's own split column or folders"
+
+
+SOURCES: dict[str, type[UtteranceSource]] = {
+    "fsdd_strings": FsddStrings, "synth_strings": SynthStrings, "audiofolder": AudioFolder}
+
+
 class ASRTask(Task):
     metric_name = "wer"
     higher_is_better = False
@@ -102,13 +199,9 @@ class ASRTask(Task):
         length_buckets: tuple[Annotated[int, AT_LEAST_1], ...] = (2, 4, 6),
     ) -> None:
         super().__init__(name, dataset, data_dir, cache_dir)
-        readers = {"fsdd_strings": self._fsdd_strings, "synth_strings": self._synth_strings,
-                   "audiofolder": self._audiofolder}
-        if dataset not in readers:
-            raise BenchError(f"unknown asr dataset '{dataset}'; choose one of {', '.join(readers)}")
-        if dataset == "audiofolder" and not root:
-            raise BenchError("task.dataset=audiofolder needs task.root=PATH, a folder with metadata.csv "
-                             "(file_name, transcription[, split]) or train/, validation/, test/ folders")
+        if dataset not in SOURCES:
+            raise BenchError(f"unknown asr dataset '{dataset}'; choose one of {', '.join(SOURCES)}")
+        SOURCES[dataset].check(root)
         if min_words > max_words:
             raise BenchError(f"task.min_words={min_words} is more than task.max_words={max_words}")
         if gap_ms[0] > gap_ms[1]:
@@ -118,10 +211,9 @@ class ASRTask(Task):
         if patch_stride > patch_frames:
             raise BenchError(f"task.patch_stride={patch_stride} skips frames between patches of "
                              f"{patch_frames}; make it at most task.patch_frames")
-        self._read = readers[dataset]
         self.root, self.units = root, units
         self.log_mel = LogMel(sample_rate, n_mels, n_fft, win_ms, hop_ms)
-        self.sizes = split_sizes("task.sizes", sizes, DEFAULT_SIZES.get(dataset, {}))
+        self.sizes = split_sizes("task.sizes", sizes, SOURCES[dataset].default_sizes)
         self.min_words, self.max_words, self.gap_ms, self.snr_db = min_words, max_words, tuple(gap_ms), snr_db
         self.synth_seed, self.split, self.holdout_speaker = synth_seed, split, holdout_speaker
         self.val_fraction = val_fraction
@@ -135,45 +227,10 @@ class ASRTask(Task):
         self.length_buckets = tuple(length_buckets)
         self.vocab: Vocabulary | None = None
         self.beam: BeamDecoder | None = None
-
-    # ------------------------------------------------------------------ utterances
-    def _fsdd_strings(self) -> Iterator[Utterance]:
-        meta, waves, rates = read_fsdd(self.data_dir, self.dataset)
-        recordings = [self.log_mel.resample(w, r).numpy() for w, r in zip(waves, rates, strict=True)]
-        pools = fsdd_pools(meta, self.split, self.holdout_speaker)
-        for split in SPLITS:
-            rng = np.random.default_rng([self.synth_seed, SPLITS.index(split), 1])  # gaps and noise
-            for digits, chosen in draw_strings(pools[split], self.sizes[split], self.min_words,
-                                               self.max_words, [self.synth_seed, SPLITS.index(split)]):
-                wave = join_with_silence([recordings[i] for i in chosen], self.gap_ms,
-                                         self.log_mel.sample_rate, self.snr_db, rng)
-                yield split, " ".join(DIGIT_WORDS[d] for d in digits), wave, self.log_mel.sample_rate
-
-    def _synth_strings(self) -> Iterator[Utterance]:
-        from bench.data.speech_synth import draw_string_specs, spoken_text, synthesise  # espeak-ng: on use
-
-        counts = [self.sizes[s] for s in SPLITS]
-        specs = draw_string_specs(sum(counts), self.min_words, self.max_words, self.synth_seed)
-        rate, waves = synthesise(specs, self.synth_seed)
-        splits = [s for s, n in zip(SPLITS, counts, strict=True) for _ in range(n)]
-        for split, spec, wave in zip(splits, specs, waves, strict=True):
-            yield split, spoken_text(spec.digits), wave, rate
-
-    def _audiofolder(self) -> Iterator[Utterance]:
-        yield from read_audiofolder(self.root, self.val_fraction, self.synth_seed)
+        self.source = SOURCES[dataset](self)
 
     def _fingerprint(self) -> dict:
-        if self.dataset == "fsdd_strings":
-            source = {"fsdd": fsdd_fingerprint(self.data_dir, self.dataset), "sizes": self.sizes,
-                      "words": [self.min_words, self.max_words], "gap_ms": self.gap_ms,
-                      "snr_db": self.snr_db, "seed": self.synth_seed, "split": self.split,
-                      "holdout_speaker": self.holdout_speaker}
-        elif self.dataset == "synth_strings":
-            source = {"sizes": self.sizes, "words": [self.min_words, self.max_words], "seed": self.synth_seed}
-        else:
-            source = {"audiofolder": audiofolder_fingerprint(self.root), "val_fraction": self.val_fraction,
-                      "seed": self.synth_seed}
-        return {"version": FEATURES_VERSION, "dataset": self.dataset, "source": source,
+        return {"version": FEATURES_VERSION, "dataset": self.dataset, "source": self.source.fingerprint(),
                 **self.log_mel.settings()}
 
     def features_path(self) -> Path:
@@ -183,7 +240,7 @@ class ASRTask(Task):
     def compute_features(self) -> dict:
         """Every utterance's log-mel frames, concatenated along time (one tensor to cache)."""
         frames, lengths, splits, transcripts = [], [], [], []
-        for split, transcript, wave, rate in self._read():
+        for split, transcript, wave, rate in self.source.utterances():
             features = self.log_mel.features(wave, rate)
             frames.append(features)
             lengths.append(features.shape[-1])
@@ -221,7 +278,7 @@ class ASRTask(Task):
         test_words = [w for text in datasets["test"].references for w in text.split()]
         info = {
             "sizes": {split: len(d) for split, d in datasets.items()},
-            "split": self._split_rule(),
+            "split": self.source.split_rule(),
             "units": self.units,
             "vocab_size": len(self.vocab),
             "test_words_outside_vocabulary": sum(w not in known for w in test_words),
@@ -233,20 +290,9 @@ class ASRTask(Task):
                          "cached": was_cached, "cache_file": str(self.features_path())},
             "specaugment": self.specaugment,
         }
-        if self.dataset in DERIVED_NOTE:
-            info["dataset_note"] = DERIVED_NOTE[self.dataset]
+        if self.source.note:
+            info["dataset_note"] = self.source.note
         return Splits(datasets["train"], datasets["val"], datasets["test"], info)
-
-    def _split_rule(self) -> str:
-        if self.dataset == "fsdd_strings" and self.split == "speaker":
-            return (f"test: strings of speaker {self.holdout_speaker}'s recordings; train and "
-                    f"validation: strings of the other speakers' recordings")
-        if self.dataset == "fsdd_strings":
-            return ("test: strings of recordings 0-4 (FSDD's official split); train and validation: "
-                    "strings of recordings 5-49, so no recording is in two splits")
-        if self.dataset == "synth_strings":
-            return "strings drawn at random from task.synth_seed, split by position"
-        return "the audiofolder's own split column or folders"
 
     # ------------------------------------------------------------------ models
     def input_kind(self, splits: Splits) -> FrameTranscription:

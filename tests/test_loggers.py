@@ -112,7 +112,7 @@ def test_mlflow_run_in_a_local_sqlite_store(tmp_path, monkeypatch):
 def test_the_report_of_mlflow_runs_is_logged_beside_them(tmp_path, caplog, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    from bench.report.sections import write_report
+    from bench.report.render import write_report
 
     _run(tmp_path, "mlflow")
     write_report(tmp_path)
@@ -128,7 +128,7 @@ def test_the_report_of_mlflow_runs_is_logged_beside_them(tmp_path, caplog, monke
 
 
 def test_a_report_of_runs_without_mlflow_makes_no_store(tmp_path):
-    from bench.report.sections import write_report
+    from bench.report.render import write_report
 
     _run(tmp_path, "csv")
     write_report(tmp_path)

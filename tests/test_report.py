@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.report.sections import TITLES, write_report
+from bench.report.render import write_report
+from bench.report.sections import TITLES
 from tests.conftest import run_cli, write_record
 
 MALICIOUS = "<script>alert('x')</script>"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.records.atomic import load_state_dict
-from bench.report.sections import write_report
+from bench.report.render import write_report
 from tests.conftest import write_record
 
 

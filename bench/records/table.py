@@ -130,6 +130,13 @@ def label(model: str, variant: str, setting: str) -> str:
     return f"{model} ({'; '.join(extra)})" if extra else model
 
 
+def counted_records(frame: pd.DataFrame, records: list[dict]) -> list[dict]:
+    """The records the aggregate counts (ok, the latest of a rerun), each with ``label``: its
+    name in tables and figures. ``frame`` is ``to_frame(records)``."""
+    labels = {r.run_id: label(r.model, r.variant, r.setting) for r in latest_ok(frame).itertuples()}
+    return [{**rec, "label": labels[rec["run_id"]]} for rec in records if rec.get("run_id") in labels]
+
+
 def save(frame: pd.DataFrame, results_dir: str | Path, stem: str = "results") -> list[Path]:
     """Write ``stem.parquet`` and ``stem.csv`` next to the runs, atomically."""
     results_dir = Path(results_dir)

@@ -6,7 +6,6 @@ run records in ``bench.report.analysis``. A section without data says what to ru
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import math
@@ -20,11 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
-from bench.records.atomic import atomic_write, atomic_write_text  # noqa: E402
 from bench.records.attention_examples import load_example  # noqa: E402
 from bench.records.columns import COLUMNS  # noqa: E402
 from bench.records.numbers import fmt  # noqa: E402
-from bench.records.table import aggregate, label, latest_ok, read_records, to_frame  # noqa: E402
+from bench.records.table import aggregate, counted_records, label, to_frame  # noqa: E402
 from bench.report.analysis import (  # noqa: E402
     attention_distances,
     direction,
@@ -42,7 +40,6 @@ from bench.report.analysis import (  # noqa: E402
     time_to_quality,
     time_to_quality_findings,
 )
-from bench.run.loggers import publish_report  # noqa: E402
 
 TITLES = dict(
     [
@@ -498,9 +495,7 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) 
 # ---------------------------------------------------------------- writing
 def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
     frame = to_frame(all_records)
-    # The records the aggregate counts (ok, latest of a rerun), each named as in the tables.
-    labels = {r.run_id: label(r.model, r.variant, r.setting) for r in latest_ok(frame).itertuples()}
-    records = [{**rec, "label": labels[rec["run_id"]]} for rec in all_records if rec.get("run_id") in labels]
+    records = counted_records(frame, all_records)
     agg = aggregate(frame)
     return [
         claims_section(frame, agg, records),
@@ -514,60 +509,3 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         attention_section(records),
         samples_section(records),
     ]
-
-
-def to_markdown(sections: list[Section], image_dir: str = "report_files") -> tuple[str, dict[str, bytes]]:
-    lines = ["# mha-bench report", ""]
-    images: dict[str, bytes] = {}
-    for s in sections:
-        lines += [f"## {s.title}", ""]
-        for block in s.markdown:
-            lines += [block, ""]
-        for i, (caption, png) in enumerate(s.figures):
-            name = f"{image_dir}/{s.key}-{i}.png"
-            images[name] = png
-            lines += [f"![{caption}]({name})", "", f"*{caption}*", ""]
-    return "\n".join(lines), images
-
-
-def to_html(sections: list[Section]) -> str:
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        "<title>mha-bench report</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
-        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;"
-        "font-size:13px}img{max-width:100%}figcaption{font-size:13px;color:#444}</style>",
-        "</head><body>",
-        "<h1>mha-bench report</h1>",
-        "<nav><ul>",
-    ]
-    parts += [f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in sections]
-    parts.append("</ul></nav>")
-    for s in sections:
-        parts.append(f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2>')
-        parts += s.html
-        for caption, png in s.figures:
-            data = base64.b64encode(png).decode()
-            parts.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
-                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-            )
-        parts.append("</section>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
-def write_report(results_dir: str | Path) -> list[Path]:
-    results_dir = Path(results_dir)
-    all_records = read_records(results_dir)
-    sections = build(results_dir, all_records)
-    markdown, images = to_markdown(sections)
-    for name, png in images.items():
-        atomic_write(results_dir / name, lambda f, data=png: f.write(data))
-    written = [
-        atomic_write_text(results_dir / "report.md", markdown),
-        atomic_write_text(results_dir / "report.html", to_html(sections)),
-    ]
-    publish_report(results_dir, all_records, written)
-    return written
