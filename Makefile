@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint clean-results
+.PHONY: install demo test test-fast lint clean-results
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: everything but the end-to-end command-line runs (marked slow).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -100,16 +100,27 @@ def run_command(args: list[str]) -> int:
 
 
 # ---------------------------------------------------------------- table
-def table_command(args: list[str]) -> int:
+def table_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mhab table",
         description="Load every run record under RESULTS_DIR into one table, save it as "
                     "results.parquet and results.csv there, and print it with the mean, std "
                     "and 95% CI over seeds.")
     parser.add_argument("results_dir", nargs="?", default="results")
-    ns = parser.parse_args(args)
+    parser.add_argument("--columns", action="store_true",
+                        help="print what each column of the table means (Markdown) and exit")
+    return parser
+
+
+def table_command(args: list[str]) -> int:
+    ns = table_parser().parse_args(args)
+    from bench.records.columns import markdown
     from bench.records.numbers import fmt
     from bench.records.table import aggregate, load, run_list_columns, save
+
+    if ns.columns:
+        print(markdown())
+        return 0
 
     frame = load(ns.results_dir)
     if frame.empty:
@@ -123,13 +134,17 @@ def table_command(args: list[str]) -> int:
     return 0
 
 
-def report_command(args: list[str]) -> int:
+def report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mhab report",
         description="Write report.md and a self-contained report.html (images embedded) from "
                     "the run records under RESULTS_DIR.")
     parser.add_argument("results_dir", nargs="?", default="results")
-    ns = parser.parse_args(args)
+    return parser
+
+
+def report_command(args: list[str]) -> int:
+    ns = report_parser().parse_args(args)
     from bench.report.render import write_report
 
     if not any(Path(ns.results_dir).glob("runs/*/record.json")):
@@ -178,7 +193,7 @@ def speed_command(args: list[str]) -> int:
     return 0
 
 
-def data_command(args: list[str]) -> int:
+def data_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mhab data",
         description="Verify the data root against the sha256 of every known dataset file, or "
@@ -196,7 +211,11 @@ def data_command(args: list[str]) -> int:
     for p in (check_p, down_p):
         p.add_argument("--data-dir", default=os.environ.get("BENCH_DATA_DIR"),
                        help="the data root (default: $BENCH_DATA_DIR)")
-    ns = parser.parse_args(args)
+    return parser
+
+
+def data_command(args: list[str]) -> int:
+    ns = data_parser().parse_args(args)
     from bench.data import download as datasets
 
     sources = datasets.resolve_names(ns.names)
@@ -219,7 +238,7 @@ def data_command(args: list[str]) -> int:
     return 0
 
 
-def estimate_command(args: list[str]) -> int:
+def estimate_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mhab estimate",
         description="Estimate the wall time of 'mhab run -m OVERRIDES' on this machine from the "
@@ -235,7 +254,11 @@ def estimate_command(args: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="also the wall time on N parallel workers (hydra/launcher=joblib "
                              "hydra.launcher.n_jobs=N), runs dispatched in the sweep's order")
-    ns = parser.parse_args(args)
+    return parser
+
+
+def estimate_command(args: list[str]) -> int:
+    ns = estimate_parser().parse_args(args)
     if ns.jobs < 1:
         raise BenchError(f"--jobs must be >= 1, got {ns.jobs}")
     from bench import estimate
@@ -267,6 +290,28 @@ COMMANDS = {
     "data": (data_command, "'data check' verifies the data root (sha256); 'data download NAME' "
                            "fetches a dataset into it"),
 }
+
+
+def check_command(argv: list[str]) -> None:
+    """Read a command line as ``mhab`` would, without running anything: the command exists,
+    its options parse, and its overrides compose and pass every check a run makes first.
+    A mistake raises ``BenchError`` (argparse's own exits with ``SystemExit``)."""
+    command, args = argv[0], argv[1:]
+    if command not in COMMANDS:
+        raise BenchError(f"unknown command '{command}'; choose one of: {', '.join(COMMANDS)}")
+    if any(a in ("-h", "--help") for a in args):
+        return
+    if command == "run":
+        validate_overrides([a for a in args if not a.startswith("-")],
+                           multirun=any(a in ("-m", "--multirun") for a in args))
+    elif command == "speed":
+        compose_config("speed", args, "speed")
+    elif command == "estimate":
+        from bench import estimate
+
+        estimate.sweep_configs(estimate_parser().parse_args(args).overrides)
+    else:
+        {"table": table_parser, "report": report_parser, "data": data_parser}[command]().parse_args(args)
 
 
 def _raise_terminated(signum: int, frame: object) -> None:

@@ -34,7 +34,7 @@ def require_files(root: Path, names: list[str], dataset: str) -> list[Path]:
 @dataclass(frozen=True)
 class DatasetSource:
     """A dataset the project knows: its folder under the data root, where it is published,
-    and the sha256 of every file (``bench/checksums/<folder>.sha256.gz``: ``sha256sum`` lines,
+    and the sha256 of every file (``bench/data/checksums/<folder>.sha256.gz``: ``sha256sum`` lines,
     gzipped, since AESLC's 18,303 lines are 2.1 MB as text)."""
 
     folder: str

@@ -40,50 +40,61 @@ def _environment(key: str) -> Callable[[dict], Any]:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("task", "the task adapter (`task.name`)", in_run_list=True),
+    Column("task", "the task: `image`, `speech`, `asr`, `translation`, `summarization`, `recall` or "
+           "your own", in_run_list=True),
     Column("dataset", "the task's dataset (`task.dataset`)", in_run_list=True),
-    Column("model", "the model's name, with the family's size or ablation where it has one",
-           header="model", format=str, in_run_list=True),
-    Column("model_family", "the model family (`attention`, `rnn`, or your own)", aggregate="first"),
-    Column("variant", "the free ablation label (`variant=`), `default` without one", header="variant",
-           format=str, read=lambda record: record.get("variant") or "default"),
-    Column("setting", "what sets this run's config apart from others of the same task, dataset, "
-           "model and variant (`trainer.epochs=10`); empty when there is one config",
+    Column("model", "`attention`, `lstm`, `gru`; translation RNNs with additive attention are "
+           "`gru+additive_attn` / `lstm+additive_attn`", header="model", format=str, in_run_list=True),
+    Column("model_family", "the model config's `family`: `attention`, `rnn`, or a family of your own; "
+           "the report compares attention with each other family as a baseline of its own",
+           aggregate="first"),
+    Column("variant", "the `variant=` label (`default` when unset); claims use `heads_N` and `length_L`",
+           header="variant", format=str, read=lambda record: record.get("variant") or "default"),
+    Column("setting", "empty, unless the same task, dataset, model and variant was run with different "
+           "configs: then the keys that differ, such as `trainer.epochs=10` (so different experiments "
+           "are never averaged as seeds of one)",
            header="setting", header_only_if_any=True, format=str, in_run_list=True,
-           read=lambda record: None),
-    Column("seed", "the run's seed; aggregated as the number of distinct seeds", aggregate="nunique",
-           aggregated_as="seeds", header="seeds", format=whole, in_run_list=True),
+           read=lambda record: None),  # set by the table, from every record of the group
+    Column("seed", "the run's seed", aggregate="nunique", aggregated_as="seeds", header="seeds",
+           format=whole, in_run_list=True),
     Column("status", "`ok`, `failed` or `interrupted`", in_run_list=True),
-    Column("metric_name", "the task's test metric (accuracy, bleu, wer, rougeL...)", aggregate="first"),
-    Column("higher_is_better", "the metric's direction", aggregate="first"),
-    Column("test_metric", "the metric on the test split, of the best-validation checkpoint; "
-           "aggregated as mean, std, ci95 (t-distribution) and the per-seed values",
-           in_run_list=True),
-    Column("val_metric", "the best validation metric (what chose the checkpoint)"),
+    Column("metric_name", "`accuracy` (image, speech, recall), `wer` (asr), `bleu` (translation) or "
+           "`rougeL` (summarization)", aggregate="first"),
+    Column("higher_is_better", "the metric's direction, as the task recorded it (WER: false); "
+           "checkpoint selection, aggregates and verdicts follow it", aggregate="first"),
+    Column("test_metric", "test score of the best-validation checkpoint (WER as a fraction, BLEU and "
+           "ROUGE x100)", in_run_list=True),
+    Column("val_metric", "the best validation score (the one that chose the checkpoint)"),
     Column("params", "trainable parameters", aggregate="mean", header="params", format=whole,
            in_run_list=True),
-    Column("train_samples_per_s", "training throughput after the timing warm-up steps",
+    Column("train_samples_per_s", "steady-state training throughput (warm-up steps excluded)",
            aggregate="mean", header="train samples/s", in_run_list=True),
-    Column("infer_samples_per_s", "inference throughput on a test batch", aggregate="mean",
-           header="inference samples/s", in_run_list=True),
-    Column("infer_latency_ms_median", "median latency of one inference batch (ms)"),
-    Column("flops_per_sample", "forward FLOPs per example (torch's FLOP counter)", aggregate="mean",
-           header="GFLOPs/sample", format=scaled(1e9)),
-    Column("train_activation_mb", "memory the training step's activations take (MB)", aggregate="mean"),
-    Column("peak_memory_mb", "peak memory of the run (MB)", aggregate="max"),
-    Column("epochs_run", "epochs trained", aggregate="mean", header="epochs",
-           format=lambda value: fmt(value, 3)),
-    Column("wall_time_s", "the run's wall time, building and measuring included (s)", aggregate="mean",
+    Column("infer_samples_per_s", "inference throughput on one test batch (translation: greedy "
+           "decoding)", aggregate="mean", header="inference samples/s", in_run_list=True),
+    Column("infer_latency_ms_median", "median latency of one inference batch"),
+    Column("flops_per_sample", "forward FLOPs per sample (torch's FLOP counter, with the CPU attention "
+           "and RNN kernels counted)", aggregate="mean", header="GFLOPs/sample", format=scaled(1e9)),
+    Column("train_activation_mb", "MiB autograd saves for backward in one training batch (the model's "
+           "own memory cost, comparable across runs)", aggregate="mean"),
+    Column("peak_memory_mb", "CUDA max allocated, or the process' peak RSS on CPU (process-wide: in a "
+           "sequential sweep it includes earlier runs)", aggregate="max"),
+    Column("epochs_run", "epochs trained (fewer than configured when `trainer.max_steps` stops early)",
+           aggregate="mean", header="epochs", format=lambda value: fmt(value, 3)),
+    Column("wall_time_s", "wall time of the run, data loading to last measurement", aggregate="mean",
            header="wall (min)", format=scaled(60, 3), in_run_list=True),
     Column("device", "`cpu` or `cuda`", read=_environment("device")),
-    Column("device_name", "the processor or GPU", read=_environment("device_name")),
-    Column("config_hash", "the experiment: a hash of the config without seed and paths"),
+    Column("device_name", "the processor or GPU model", read=_environment("device_name")),
+    Column("config_hash", "sha256 (12 hex) of the resolved config without paths, device and seed"),
     Column("run_id", "the run directory's name"),
-    Column("error", "why a run did not finish ok"),
-    Column("num_heads", "the config's `model.num_heads` (the heads axis)", aggregate="first"),
-    Column("num_heads_sweep", "the heads sweep the run belongs to", aggregate="first"),
-    Column("seq_len", "the config's `task.seq_len` (the length axis)", aggregate="first"),
-    Column("seq_len_sweep", "the length sweep the run belongs to", aggregate="first"),
+    Column("error", "why a failed run failed"),
+    Column("num_heads", "an axis the report draws against, from the recorded config "
+           "(`model.num_heads`)", aggregate="first"),
+    Column("num_heads_sweep", "the group of runs whose configs differ only in `model.num_heads`",
+           aggregate="first"),
+    Column("seq_len", "an axis the report draws against, from the recorded config (`task.seq_len`)",
+           aggregate="first"),
+    Column("seq_len_sweep", "the group of runs whose configs differ only in `task.seq_len` and the model",
+           aggregate="first"),
 )
 NAMES: list[str] = [column.name for column in COLUMNS]
 BY_NAME: dict[str, Column] = {column.name: column for column in COLUMNS}

@@ -121,52 +121,81 @@ def _describe(hint: Any) -> str:
 
 def _problem(value: Any, hint: Any) -> str | None:
     """What ``value`` must be instead, or None when it fits ``hint``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is inspect.Parameter.empty:
         return None
-    if origin is typing.Annotated:
-        problem = _problem(value, args[0])
-        if problem:
-            return problem
-        for rule in args[1:]:
-            if isinstance(rule, Range) and value is not None and not rule.holds(value):
-                return rule.describe()
+    check = _CHECKS.get(typing.get_origin(hint)) or _CHECKS.get(hint)
+    # a type this schema does not know: the code that reads it checks it
+    return check(value, hint) if check else None
+
+
+def _annotated_problem(value: Any, hint: Any) -> str | None:
+    base, *rules = typing.get_args(hint)
+    if problem := _problem(value, base):
+        return problem
+    ranges = [rule for rule in rules if isinstance(rule, Range)]
+    return next((rule.describe() for rule in ranges if value is not None and not rule.holds(value)), None)
+
+
+def _union_problem(value: Any, hint: Any) -> str | None:
+    args = typing.get_args(hint)
+    if value is None and type(None) in args:
         return None
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        if any(_problem(value, a) is None for a in args if a is not type(None)):
-            return None
-        fitting = [a for a in args if a is not type(None) and _same_kind(value, a)]
-        return _problem(value, fitting[0]) if len(fitting) == 1 else _describe(hint)
-    if origin is Literal:
-        return None if value in args and type(value) in {type(a) for a in args} else _describe(hint)
-    if origin in (tuple, list):
-        if not isinstance(value, list | tuple):
-            return _describe(hint)
-        if origin is list or (len(args) == 2 and args[1] is Ellipsis):
-            inner = args[0] if args else Any
-            return next((_describe(hint) for v in value if _problem(v, inner)), None)
-        if len(value) != len(args) or any(_problem(v, a) for v, a in zip(value, args, strict=False)):
-            return _describe(hint)
+    if any(_problem(value, a) is None for a in args if a is not type(None)):
         return None
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            return _describe(hint)
-        if len(args) == 2 and any(_problem(v, args[1]) for v in value.values()):
-            return _describe(hint)
-        return None
-    if hint is bool:
-        return None if isinstance(value, bool) else _describe(hint)
-    if hint is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else _describe(hint)
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return _describe(hint)
-        return None if math.isfinite(value) else "a finite number"
-    if hint is str:
-        return None if isinstance(value, str) else _describe(hint)
-    return None  # a type this schema does not know: the code that reads it checks it
+    fitting = [a for a in args if a is not type(None) and _same_kind(value, a)]
+    return _problem(value, fitting[0]) if len(fitting) == 1 else _describe(hint)
+
+
+def _literal_problem(value: Any, hint: Any) -> str | None:
+    args = typing.get_args(hint)
+    return None if value in args and type(value) in {type(a) for a in args} else _describe(hint)
+
+
+def _sequence_problem(value: Any, hint: Any) -> str | None:
+    args = typing.get_args(hint)
+    if not isinstance(value, list | tuple):
+        return _describe(hint)
+    if typing.get_origin(hint) is list or (len(args) == 2 and args[1] is Ellipsis):
+        inner = args[0] if args else Any
+        return next((_describe(hint) for v in value if _problem(v, inner)), None)
+    if len(value) != len(args) or any(_problem(v, a) for v, a in zip(value, args, strict=False)):
+        return _describe(hint)
+    return None
+
+
+def _mapping_problem(value: Any, hint: Any) -> str | None:
+    args = typing.get_args(hint)
+    if not isinstance(value, dict):
+        return _describe(hint)
+    if len(args) == 2 and any(_problem(v, args[1]) for v in value.values()):
+        return _describe(hint)
+    return None
+
+
+def _float_problem(value: Any, hint: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _describe(hint)
+    return None if math.isfinite(value) else "a finite number"
+
+
+def _is(kind: Callable[[Any], bool]) -> Callable[[Any, Any], str | None]:
+    return lambda value, hint: None if kind(value) else _describe(hint)
+
+
+# By a hint's origin (``Annotated[...]``, ``X | Y``) or, for plain types, by the hint itself.
+_CHECKS: dict[Any, Callable[[Any, Any], str | None]] = {
+    typing.Annotated: _annotated_problem,
+    typing.Union: _union_problem,
+    types.UnionType: _union_problem,
+    Literal: _literal_problem,
+    tuple: _sequence_problem,
+    list: _sequence_problem,
+    dict: _mapping_problem,
+    bool: _is(lambda v: isinstance(v, bool)),
+    int: _is(lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: _float_problem,
+    str: _is(lambda v: isinstance(v, str)),
+}
 
 
 def _same_kind(value: Any, hint: Any) -> bool:
