@@ -12,11 +12,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from bench.errors import BenchError, RunFailed, Terminated
+from bench.errors import BenchError, RunFailed, Terminated, log_errors_to, working_on, write_traceback
 from bench.setup.compose import CONF_DIR, compose_config, suite_sweeps, sweep_points
-from bench.setup.paths import check_results_dir
+from bench.setup.paths import check_output_dir, check_results_dir
 
 log = logging.getLogger("mhab")
 # Runs of a sweep may execute in other processes (joblib, submitit launchers); each failed run
@@ -35,8 +35,10 @@ def validate_overrides(overrides: list[str], multirun: bool = False) -> None:
     key by key)."""
     from bench.setup.build import validate
 
+    first = compose_config("config", sweep_points(overrides)[0], "run", hydra_config=True)  # Hydra's first
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_output_dir(OmegaConf.select(first, key), key)
     if multirun:
-        compose_config("config", sweep_points(overrides)[0], "run")  # what Hydra composes first
         overrides = [*suite_sweeps(overrides), *overrides]
     for point in sweep_points(overrides):
         cfg = compose_config("config", point, "run")
@@ -49,9 +51,13 @@ def _hydra_run(cfg: DictConfig) -> float | None:
     from bench.experiment import run_experiment
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    log_errors_to(cfg.results_dir)
     try:
-        rec = run_experiment(cfg)
-    except (BenchError, RunFailed) as e:
+        with working_on(f"running {' '.join(HydraConfig.get().overrides.task) or 'the default run'}"):
+            rec = run_experiment(cfg)
+    except Exception as e:  # noqa: BLE001 - beyond BenchError and RunFailed: the last resort
+        if not isinstance(e, BenchError | RunFailed):
+            e = RunFailed(unexpected("run", e))
         if not multirun:
             error(str(e))
             sys.exit(2 if isinstance(e, BenchError) else 1)
@@ -87,7 +93,12 @@ def run_command(args: list[str]) -> int:
     os.environ[FAILURES_ENV] = failures_file
     sys.argv = ["mhab run", *args]
     try:
-        _hydra_run()
+        try:
+            _hydra_run()
+        except OSError as e:  # Hydra makes its output dir (hydra.run.dir) before the run starts
+            where = e.filename or "Hydra's output dir"
+            raise BenchError(f"cannot write {where} ({e.strerror}); pass a "
+                             f"writable results_dir=PATH (or hydra.run.dir / hydra.sweep.dir)") from None
         failures = Path(failures_file).read_text().splitlines()
     finally:
         os.environ.pop(FAILURES_ENV, None)
@@ -114,6 +125,7 @@ def table_parser() -> argparse.ArgumentParser:
 
 def table_command(args: list[str]) -> int:
     ns = table_parser().parse_args(args)
+    log_errors_to(ns.results_dir)
     from bench.records.columns import markdown
     from bench.records.numbers import fmt
     from bench.records.table import aggregate, load, run_list_columns, save
@@ -145,6 +157,7 @@ def report_parser() -> argparse.ArgumentParser:
 
 def report_command(args: list[str]) -> int:
     ns = report_parser().parse_args(args)
+    log_errors_to(ns.results_dir)
     from bench.report.render import write_report
 
     if not any(Path(ns.results_dir).glob("runs/*/record.json")):
@@ -171,6 +184,7 @@ def speed_command(args: list[str]) -> int:
 
     cfg = compose_config("speed", args, "speed")
     check_results_dir(cfg.results_dir)
+    log_errors_to(cfg.results_dir)
     frame = speed.run_speed(cfg, progress=show_progress(cfg.progress))
     paths = save(frame, cfg.results_dir, stem="speed")
     shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
@@ -219,7 +233,7 @@ def data_command(args: list[str]) -> int:
     from bench.data import download as datasets
 
     sources = datasets.resolve_names(ns.names)
-    data_dir = datasets.require_data_dir(ns.data_dir)
+    data_dir = datasets.require_data_dir(ns.data_dir, must_exist=ns.action == "check")
     if ns.action == "download":
         for source in sources:
             fetched = datasets.download(data_dir, source, ns.base_url, progress=sys.stderr.isatty())
@@ -349,6 +363,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like, which stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # noqa: BLE001 - the last resort: what no check foresaw, in one line
+        error(unexpected(command, e))
+        return 1
+
+
+def unexpected(command: str, exc: BaseException) -> str:
+    """The last resort's line: the command, what it was working on, what went wrong, and
+    where the full traceback was written."""
+    from bench.errors import current_work
+
+    where = current_work(exc)
+    path = write_traceback(command, exc)
+    reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return (f"'mhab {command}' stopped on an unexpected error{f' while {where}' if where else ''} "
+            f"({reason}); the full traceback is in {path}")
 
 
 if __name__ == "__main__":

@@ -112,9 +112,10 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
     base["run_dir"] = str(run_dir)
     log.info("run %s: %s params", run_dir.name, f"{base['params']:,}")
 
+    # the logger is a side channel: its set-up (a server's answer, say) stays out of the run's time
+    run_logger = build_logger(cfg.logger, run_dir, Path(cfg.results_dir), base)
     started = time.time()
     base["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
-    run_logger = build_logger(cfg.logger, run_dir, Path(cfg.results_dir), base)
     try:
         bar = show_progress(cfg.progress)
         results = engine.fit(

@@ -219,6 +219,7 @@ def check_asr_record(rec: dict, model: str, dataset: str, test_size: int) -> Non
         assert "bidirectional" in rec["model_notes"] and "attention_example" not in rec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
 def test_tiny_asr_run_on_synth_strings(tmp_path, model):
     out = run_cli("run", *SYNTH, f"model={model}", f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'c'}")
@@ -231,6 +232,7 @@ def test_tiny_asr_run_on_synth_strings(tmp_path, model):
     assert batching["padding_share"]["bucketed"] < batching["padding_share"]["random"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
 def test_tiny_asr_run_on_an_audiofolder(tmp_path, model):
     root = write_audiofolder(tmp_path / "mine", audiofolder_rows_for({"train": 12, "test": 4}), "folders")

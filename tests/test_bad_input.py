@@ -177,7 +177,7 @@ def record_file(text: str) -> Callable[[Path], list[str]]:
 
 OK_RECORD = {"status": "ok", "task": "image", "dataset": "digits", "model": "gru", "seed": 0,
              "config_hash": "abc", "run_id": "r1", "metric_name": "accuracy", "test_metric": 0.5,
-             "params": 10}
+             "params": 10, "run_dir": "runs/r1"}
 
 
 def output_blocked(name: str) -> Callable[[Path], list[str]]:
@@ -418,6 +418,24 @@ CATALOGUE: dict[str, Case] = {
                                             setup=lambda tmp: ["--records",
                                                                *record_file(json.dumps(OK_RECORD))(tmp)]),
     "estimate-jobs-zero": Case(["estimate", "suite=standard", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+    # found by trying bad inputs beyond the catalogue (reliability, third round)
+    "sweep-without-values": Case(["run", "-m", "task=image", "task.dataset=digits", "seed=range(0,0)"],
+                                 "has no values, so there is nothing to run"),
+    "results-dir-empty": Case(DIGITS, "results_dir is empty", setup=lambda tmp: ["results_dir="]),
+    "hydra-dir-not-creatable": Case([*DIGITS, "hydra.run.dir=/proc/nope"], "cannot be created"),
+    "required-setting-removed": Case([*DIGITS, "~trainer.lr"], "trainer.lr is missing"),
+    "data-check-root-missing": Case(["data", "check", "--data-dir", "/nonexistent/data"], "is not a folder"),
+    "download-base-url-not-http": Case(["data", "download", "fsdd", "--base-url", "file:///tmp"],
+                                       "is not an http/https/ftp URL",
+                                       setup=lambda tmp: ["--data-dir", str(tmp / "d")]),
+    "record-field-wrong-type": Case(["table"], "'wall_time_s' must be an integer or a number",
+                                    setup=record_file(json.dumps({**OK_RECORD, "wall_time_s": "fast"}))),
+    "record-config-not-a-mapping": Case(["table"], "'config' must be an object", setup=record_file(
+        json.dumps({**OK_RECORD, "config": [1, 2]}))),
+    "record-environment-not-a-mapping": Case(["report"], "'environment' must be an object", setup=record_file(
+        json.dumps({**OK_RECORD, "environment": "cpu"}))),
+    "record-without-run-dir": Case(["table"], "no 'run_dir'", setup=record_file(
+        json.dumps({k: v for k, v in OK_RECORD.items() if k != "run_dir"}))),
     # mhab speed's own settings.
     "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
     "speed-nothing-to-time": Case(["speed", "attention.enabled=false", "tasks.names=[]"],
@@ -432,6 +450,7 @@ CATALOGUE: dict[str, Case] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path, monkeypatch, capsys):
     case = CATALOGUE[name]
@@ -468,8 +487,10 @@ def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path, monkeypatch, 
 
 # Run cases with no speed counterpart: speed neither writes run records nor resumes, and
 # sweeps are run's alone.
-NOT_FOR_SPEED = {"results-dir-not-writable", "malformed-record-on-resume", "impossible-value-in-sweep",
-                 "mlp-ratio-negative-in-sweep", "impossible-value-in-suite-sweep"}
+NOT_FOR_SPEED = {"results-dir-not-writable", "sweep-without-values", "results-dir-empty",
+                 "hydra-dir-not-creatable", "required-setting-removed", "malformed-record-on-resume",
+                 "impossible-value-in-sweep", "mlp-ratio-negative-in-sweep",
+                 "impossible-value-in-suite-sweep"}
 # Keys speed has itself and hands to the run config it builds the task models from.
 SPEED_KEYS = ("data_dir", "cache_dir", "seed", "device")
 
@@ -515,6 +536,7 @@ COMBINATIONS = [
 ] + [[f"claim={c.stem}"] for c in sorted((CONF / "claim").glob("*.yaml"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", COMBINATIONS, ids=" ".join)
 def test_every_model_key_the_configs_set_is_an_argument_of_its_builder(overrides):
     """The "unread-model-key" check must refuse only keys no builder reads: every key a

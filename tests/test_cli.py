@@ -39,6 +39,7 @@ def test_run_help_lists_groups_and_choices():
     assert "model_size" not in chosen and "suite_task" in internal  # what users choose comes first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(TINY_TASKS))
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru"])
 def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
@@ -90,6 +91,7 @@ def test_tiny_run_writes_a_valid_record(tmp_path, task, model):
         assert "attention_example" not in rec and "attention_distance" not in rec
 
 
+@pytest.mark.slow
 def test_rnn_with_additive_attention_is_labelled(tmp_path):
     out = run_cli("run", *TINY_TASKS["translation"], "model=gru", "model.additive_attention=true",
                   f"results_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}")
@@ -100,6 +102,7 @@ def test_rnn_with_additive_attention_is_labelled(tmp_path):
     assert "not the multi-head dot-product core" in rec["model_notes"]
 
 
+@pytest.mark.slow
 def test_sweep_records_every_run_and_table_prints_them(tmp_path):
     out = run_cli("run", "-m", *TINY, "model=attention,gru", "seed=0,1", f"results_dir={tmp_path}")
     assert out.returncode == 0, out.stderr
@@ -119,6 +122,7 @@ def test_sweep_records_every_run_and_table_prints_them(tmp_path):
     assert len(pd.read_csv(tmp_path / "results.csv")) == 4
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_result(tmp_path):
     for sub in ("a", "b"):
         out = run_cli("run", *TINY, "model=gru", f"results_dir={tmp_path / sub}")

@@ -38,6 +38,7 @@ def current_hashes() -> dict[str, str]:
     return {" ".join(point): config_hash(compose_config("config", point, "run")) for point in _points()}
 
 
+@pytest.mark.slow
 def test_every_shipped_experiment_keeps_its_pinned_hash():
     pinned, now = json.loads(PINS.read_text()), current_hashes()
     assert sorted(now) == sorted(pinned), (

@@ -53,6 +53,7 @@ def test_every_doc_page_is_linked_from_the_readme():
     assert [p.name for p in PAGES[1:] if p.resolve() not in linked] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", SHOWN_TO_WORK, ids=lambda p: p.name)
 def test_every_command_shown_is_one_mhab_accepts(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # results dirs the checks create land here

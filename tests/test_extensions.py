@@ -31,6 +31,7 @@ def test_the_project_does_not_know_the_outside_family_or_task():
                 assert "conv1d" not in text and "majority" not in text, path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(TASKS))
 def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
     overrides = [o for o in TASKS[task] if not o.startswith("model.")]  # the family's own sizes
@@ -45,6 +46,7 @@ def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
     assert rec["steps"] == 6 and rec["test_metric"] >= 0
 
 
+@pytest.mark.slow
 def test_a_task_from_outside_runs_every_model(tmp_path):
     out = run_cli("run", "-m", SEARCH, "task=majority", "model=attention,lstm,gru,conv1d",
                   "model.dim=32", "trainer.epochs=2", *BUDGET[2:], f"results_dir={tmp_path}", env=ENV)

@@ -48,6 +48,7 @@ def test_images_are_resized_converted_and_cached(tmp_path):
     assert not cached and len(splits["train"][1]) == 25  # a changed folder is read again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("val", [False, True])
 def test_a_run_on_your_images(tmp_path, val):
     root = make_folder(tmp_path / "mine", val=val)

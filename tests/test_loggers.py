@@ -21,6 +21,7 @@ def _run(tmp_path: Path, logger: str) -> tuple[dict, Path]:
     return rec, Path(rec["run_dir"])
 
 
+@pytest.mark.slow
 def test_tensorboard_events_hold_training_validation_and_hparams(tmp_path):
     rec, run_dir = _run(tmp_path, "tensorboard")
     events = EventAccumulator(str(run_dir)).Reload()
@@ -39,6 +40,7 @@ def test_tensorboard_events_hold_training_validation_and_hparams(tmp_path):
     assert final[0].value == pytest.approx(rec["test_metric"])
 
 
+@pytest.mark.slow
 def test_csv_logger_writes_metrics_beside_the_record(tmp_path):
     rec, run_dir = _run(tmp_path, "csv")
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -47,6 +49,7 @@ def test_csv_logger_writes_metrics_beside_the_record(tmp_path):
     assert [float(r["value"]) for r in rows if r["kind"] == "test"] == pytest.approx([rec["test_metric"]])
 
 
+@pytest.mark.slow
 def test_logger_none_writes_no_logs(tmp_path):
     _, run_dir = _run(tmp_path, "none")
     assert not list(run_dir.glob("events.out.tfevents.*")) and not (run_dir / "metrics.csv").exists()
@@ -91,6 +94,7 @@ def test_hyper_parameters_are_the_configs_flat_scalars():
                     "trainer.compile": False, "seed": 3}
 
 
+@pytest.mark.slow
 def test_mlflow_run_in_a_local_sqlite_store(tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # set_tracking_uri below writes it
@@ -109,6 +113,7 @@ def test_mlflow_run_in_a_local_sqlite_store(tmp_path, monkeypatch):
     assert "record.json" in artifacts and list((tmp_path / "mlartifacts").glob("**/record.json"))
 
 
+@pytest.mark.slow
 def test_the_report_of_mlflow_runs_is_logged_beside_them(tmp_path, caplog, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'mha-bench[mlflow]'")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -127,6 +132,7 @@ def test_the_report_of_mlflow_runs_is_logged_beside_them(tmp_path, caplog, monke
     assert all(p.is_file() for p in paths) and "not logged to MLflow" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_report_of_runs_without_mlflow_makes_no_store(tmp_path):
     from bench.report.render import write_report
 

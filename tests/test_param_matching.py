@@ -45,6 +45,7 @@ def test_every_task_config_has_a_case():
     assert set(TASKS) == {task for task, _ in DATA_INFO}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [m for m in MODELS if m != "attention"])
 @pytest.mark.parametrize("task_name, dataset", list(DATA_INFO))
 def test_baseline_matches_attention_parameters_within_10_percent(task_name, dataset, model):

@@ -54,6 +54,7 @@ def test_the_lock_of_a_job_is_held_once(tmp_path):
         assert after is None
 
 
+@pytest.mark.slow
 def test_two_identical_sweeps_at_once_record_each_job_once(tmp_path):
     args = [sys.executable, "-m", "bench", "run", "-m", *TINY, "seed=0,1,2", "trainer.max_steps=30",
             "trainer.batch_size=16", f"results_dir={tmp_path}"]
@@ -95,6 +96,7 @@ def test_the_report_of_failed_runs_only_lists_them(tmp_path):
            "non-finite loss" in markdown
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_a_damaged_unpacked_fashion_mnist_is_unpacked_again(tmp_path, data_dir):
     args = ["run", "task=image", "model=gru", "trainer.max_steps=2", "trainer.infer_iters=1",
@@ -114,6 +116,7 @@ def test_a_damaged_unpacked_fashion_mnist_is_unpacked_again(tmp_path, data_dir):
     assert json.loads(json.dumps(b["status"])) == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_something_in_the_way_of_the_unpacked_fashion_mnist_is_one_line(tmp_path, data_dir):
     raw = tmp_path / "c" / "torchvision" / "FashionMNIST" / "raw"

@@ -108,6 +108,7 @@ def test_claims_verdicts_follow_the_data(results):
     assert long_range["numbers"].startswith("recalling a token 255 steps back")
 
 
+@pytest.mark.slow
 def test_report_command(results):
     out = run_cli("report", str(results))
     assert out.returncode == 0 and "report.html" in out.stdout

@@ -50,6 +50,7 @@ def test_aggregate_mean_std_and_t_interval(tmp_path):
     assert confidence_interval(pd.Series([1.0, 1.0])) == 0.0
 
 
+@pytest.mark.slow
 def test_rerun_skips_ok_runs_and_force_reruns(tmp_path):
     args = ["run", *TINY, f"results_dir={tmp_path}"]
     assert run_cli(*args).returncode == 0
@@ -60,6 +61,7 @@ def test_rerun_skips_ok_runs_and_force_reruns(tmp_path):
     assert len(list(tmp_path.glob("runs/*/record.json"))) == 2
 
 
+@pytest.mark.slow
 def test_failed_runs_are_retried(tmp_path):
     assert run_cli("run", *TINY, f"results_dir={tmp_path}").returncode == 0
     (path,) = tmp_path.glob("runs/*/record.json")

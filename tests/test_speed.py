@@ -139,6 +139,7 @@ def test_targets_without_the_attention_part():
                                                     "data time / step time, worst (image/digits:gru)"]
 
 
+@pytest.mark.slow
 def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     out = run_cli("speed", f"results_dir={tmp_path}", "attention.batch_sizes=[2]",
                   "attention.seq_lens=[8,16]", "attention.dim=32", "attention.num_heads=4",
@@ -200,6 +201,7 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("tasks.run_overrides=['trainer.dtype=bf16']",
      "tasks.run_overrides sets trainer.dtype=bf16 but mhab speed measures under dtype=float32; set dtype="),
 ])
+@pytest.mark.slow
 def test_speed_bad_input_is_one_line(tmp_path, override, message):
     out = run_cli("speed", f"results_dir={tmp_path}", override)
     assert out.returncode == 2
@@ -246,6 +248,7 @@ def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
     assert "under each pinned SDPA kernel, and the fastest" in markdown
 
 
+@pytest.mark.slow
 def test_an_impossible_task_model_stops_speed_with_runs_line_before_timing(tmp_path):
     """speed builds its task models through run's build path, before it times anything."""
     out = run_cli("speed", f"results_dir={tmp_path}", "attention.enabled=false", "tasks.names=[image]",

@@ -26,6 +26,7 @@ def _compose(overrides):
         return compose("config", overrides=overrides, return_hydra_config=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite", SUITES)
 def test_every_job_of_every_suite_composes(suite):
     cfg = _compose([f"suite={suite}"])
@@ -83,6 +84,7 @@ def test_sweep_points_use_every_value_once():
     ]
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
     args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
             "trainer.epochs=2", "trainer.batch_size=32", "trainer.infer_iters=1",
@@ -108,6 +110,7 @@ def test_interrupted_sweep_resumes_without_losing_or_duplicating(tmp_path):
 
 @pytest.mark.parametrize("launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
                                       ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"]])
+@pytest.mark.slow
 def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
     out = run_cli("run", "-m", *launcher, "task=image", "task.dataset=digits", "model=gru,lstm",
                   "seed=0,1", "trainer.max_steps=2", "trainer.infer_iters=1",
@@ -120,6 +123,7 @@ def test_parallel_launchers_record_every_run_once(tmp_path, launcher):
 
 @pytest.mark.parametrize("launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
                                       ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"]])
+@pytest.mark.slow
 def test_a_failed_run_in_a_parallel_sweep_fails_the_sweep_not_the_others(tmp_path, launcher):
     # lr 1e30 makes the loss non-finite within a few steps; the runs live in other processes
     out = run_cli("run", "-m", *launcher, "task=image", "task.dataset=digits", "model=gru",
@@ -138,6 +142,7 @@ def _in_progress(root):
     return [p for p in root.glob("runs/*/best.pt") if not (p.parent / "record.json").exists()]
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
     args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
             "trainer.epochs=30", "trainer.batch_size=16", "trainer.infer_iters=1",
@@ -165,6 +170,7 @@ def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
     assert not _in_progress(tmp_path)  # the run that was cut short has its record
 
 
+@pytest.mark.slow
 def test_sigterm_records_the_run_it_cut_short(tmp_path):
     # `kill` or a scheduler's time limit sends SIGTERM: the run says so in its record, no traceback.
     args = ["run", "task=image", "task.dataset=digits", "model=gru", "trainer.epochs=200",

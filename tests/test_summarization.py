@@ -103,6 +103,7 @@ def check_summary_record(rec: dict, test_size: int) -> None:
     assert batching["padding_share"]["bucketed"] < batching["padding_share"]["random"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["attention", "lstm", "gru", "gru+additive"])
 def test_tiny_run_on_the_incident_reports(tmp_path, model):
     name, _, extra = model.partition("+")
@@ -120,6 +121,7 @@ def test_tiny_run_on_the_incident_reports(tmp_path, model):
         assert example != "null"
 
 
+@pytest.mark.slow
 def test_tiny_run_on_a_jsonl_folder(tmp_path):
     root = tmp_path / "mine"
     root.mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +66,15 @@ def resolve_names(names: list[str]) -> list[DatasetSource]:
     return [by_name[n] for n in dict.fromkeys(names)]
 
 
-def require_data_dir(data_dir: str | None) -> Path:
+def require_data_dir(data_dir: str | None, must_exist: bool = True) -> Path:
+    """The data root; ``must_exist`` for a check (a download creates it)."""
     if not data_dir:
         raise BenchError("no data root: set BENCH_DATA_DIR or pass --data-dir PATH")
-    return Path(data_dir).expanduser()
+    path = Path(data_dir).expanduser()
+    if must_exist and not path.is_dir():
+        raise BenchError(f"the data root {path} is not a folder; create it (mhab data download fills it) "
+                         f"or pass --data-dir PATH")
+    return path
 
 
 def check(data_dir: Path, source: DatasetSource, progress: bool = False) -> CheckResult:
@@ -89,8 +95,16 @@ def check(data_dir: Path, source: DatasetSource, progress: bool = False) -> Chec
     return result
 
 
+MIRROR_SCHEMES = ("http", "https", "ftp")
+
+
 def mirror_url(base_url: str, source: DatasetSource) -> str:
     """A mirror has the data root's layout: ``BASE/<folder>/<path in the folder>``."""
+    scheme = urllib.parse.urlparse(base_url).scheme
+    if scheme not in MIRROR_SCHEMES:
+        raise BenchError(f"--base-url {base_url} is not an {'/'.join(MIRROR_SCHEMES)} URL (pooch fetches "
+                         f"only those); serve a local mirror over HTTP (python -m http.server) or copy "
+                         f"its files into the data root")
     return f"{base_url.rstrip('/')}/{source.folder}/"
 
 

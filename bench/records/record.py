@@ -17,7 +17,7 @@ from typing import Any, Literal, TypedDict
 
 from omegaconf import DictConfig, OmegaConf
 
-from bench.errors import BenchError
+from bench.errors import BenchError, working_on
 from bench.records.atomic import atomic_write_json
 
 RECORD = "record.json"
@@ -182,7 +182,7 @@ class RunRecord(TypedDict, total=False):
 
 
 # Every record has these; an ok one has ``OK_FIELDS`` too.
-REQUIRED_FIELDS = ("status", "task", "dataset", "model", "seed", "config_hash", "run_id")
+REQUIRED_FIELDS = ("status", "task", "dataset", "model", "seed", "config_hash", "run_id", "run_dir")
 OK_FIELDS = ("metric_name", "test_metric", "params")
 STATUSES = ("ok", "failed", "interrupted")
 
@@ -256,9 +256,19 @@ def read_record(path: str | Path) -> RunRecord:
     written before a change to what the hash leaves out (``LATER``, the suite key) still
     has the hash of the same experiment today."""
     path = Path(path)
+    with working_on(f"reading {path}"):
+        return _read_record(path)
+
+
+def _read_record(path: Path) -> RunRecord:
     try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = path.read_text()
+    except OSError as e:  # a colleague's record we may not read is not a damaged one
+        raise BenchError(f"cannot read the run record {path} ({e.strerror}); ask its owner for read "
+                         f"access (chmod a+r), or leave that results dir out") from None
+    try:
+        rec = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BenchError(f"malformed run record {path} ({e}); delete it or rerun that run") from None
     problem = record_problem(rec)
     if problem:

@@ -120,6 +120,9 @@ class MLflowLogger(RunLogger):
 
 
 REPORT_EXPERIMENT = "mha-bench/reports"
+# MLflow retries an unreachable server for minutes by default (7 tries, 120 s timeouts); a side
+# channel should not hold a run up: one try with a short timeout, unless the user set these.
+SERVER_PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 _LOCAL_STORES: set[str] = set()  # the tracking URIs this process set itself
 
 
@@ -130,8 +133,11 @@ def use_experiment(mlflow: Any, results_dir: Path, name: str) -> None:
     environment variable, so a URI this process set is not mistaken for the user's when the
     next run (a sweep from Python) has another results dir."""
     user_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    for key, value in SERVER_PATIENCE.items():  # a server that does not answer: give up soon, once
+        os.environ.setdefault(key, value)
     if not user_uri or user_uri in _LOCAL_STORES:
-        local = f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+        # SQLAlchemy percent-decodes the path of a sqlite URL: a '%' in a folder name is escaped
+        local = f"sqlite:///{str((results_dir / 'mlflow.db').resolve()).replace('%', '%25')}"
         _LOCAL_STORES.add(local)
         mlflow.set_tracking_uri(local)
         if mlflow.get_experiment_by_name(name) is None:
@@ -169,8 +175,10 @@ class SafeLogger(RunLogger):
         try:
             return action()
         except Exception as e:  # noqa: BLE001 - whatever a logger raises, the run goes on
+            reason = " ".join(str(e).split())
             log.warning("logger=%s failed and is off for the rest of this run (%s: %s); the run and "
-                        "its record are unaffected", self.name, type(e).__name__, e)
+                        "its record are unaffected", self.name, type(e).__name__,
+                        reason if len(reason) <= 200 else reason[:200] + "...")
             self.inner = None
             return None
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench.errors import BenchError
 from bench.run.acceleration import check_compile, check_dtype
 from bench.run.environment import resolve_device
-from bench.setup.schema import check_section, dataclass_hints, signature_hints
+from bench.setup.schema import check_section, dataclass_hints, required_fields, signature_hints
 from bench.setup.settings import RunSettings, TrainerSettings
 from bench.task import Splits, Task
 from models.inputs import Built, InputKind
@@ -106,10 +106,11 @@ def validate(cfg: DictConfig) -> None:
     """Catch impossible settings before anything is built or written: every key of the top
     level, the task, the model and the trainer against its declared type and range
     (``bench.setup.schema``), then what only several keys together can say."""
-    check_section("", cfg, dataclass_hints(RunSettings), "top-level")
+    check_section("", cfg, dataclass_hints(RunSettings), "top-level", required=required_fields(RunSettings))
     check_task_keys(cfg.task)
     check_model_keys(cfg.model)
-    check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer")
+    check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer",
+                  required=required_fields(TrainerSettings))
     check_dtype(cfg.trainer.dtype, "trainer.dtype")
     check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
     check_progress(cfg.get("progress", "auto"))

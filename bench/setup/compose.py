@@ -68,6 +68,9 @@ def _sweep_values(overrides: list[str]) -> list[list[str]]:
         if override.is_sweep_override():
             key = override.get_key_element()
             values.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+            if not values[-1]:
+                raise BenchError(f"the sweep {text!r} has no values, so there is nothing to run; "
+                                 f"give {key} at least one (e.g. {key}=0 or 'seed=range(0,3)')")
         else:
             values.append([text])
     return values

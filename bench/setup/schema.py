@@ -44,6 +44,13 @@ def dataclass_hints(cls: type) -> Hints:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def required_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a settings dataclass without a default: every config must give them."""
+    missing = (dataclasses.MISSING,)
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.default in missing and f.default_factory in missing)
+
+
 def check_keys(prefix: str, values: Mapping, hints: Hints, what: str, extra_hint: str = "") -> None:
     """A key of ``values`` that ``hints`` lacks is a setting nothing reads."""
     for key in values:
@@ -56,10 +63,15 @@ def check_keys(prefix: str, values: Mapping, hints: Hints, what: str, extra_hint
 
 
 def check_section(prefix: str, values: Mapping, hints: Hints, what: str, takes_any: bool = False,
-                  extra_hint: str = "") -> None:
-    """Every key known and every value of its declared type and range."""
+                  extra_hint: str = "", required: tuple[str, ...] = ()) -> None:
+    """Every key known, every ``required`` key present, and every value of its declared type
+    and range."""
     if not takes_any:
         check_keys(prefix, values, hints, what, extra_hint)
+    for key in required:
+        if key not in values:
+            raise BenchError(f"{prefix}{key} is missing, and every run needs it; give it a value "
+                             f"({prefix}{key}=...) or leave the config's default in place")
     for key, value in values.items():
         if key in hints:
             check_value(f"{prefix}{key}", value, hints[key])

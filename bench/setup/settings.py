@@ -27,8 +27,8 @@ class RunSettings:
     task: Any
     model: Any
     trainer: Any
-    suite: Any  # {} from suite=none and claim=none, which set nothing under their own key
-    claim: Any
+    suite: Any = None  # {} from suite=none; absent from a suite's runs (a _global_ override)
+    claim: Any = None
 
 
 @dataclass
