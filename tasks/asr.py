@@ -41,7 +41,7 @@ from bench.records.attention_examples import TimeAttentionExample
 from bench.task import SPLITS, Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
 from models.inputs import FrameTranscription
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
-from tasks.ctc_decoding import BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
+from tasks.ctc_decoding import SPACE, BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
 
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
 Utterance = tuple[str, str, np.ndarray, int]  # split, transcript, wave, sample rate
@@ -260,6 +260,10 @@ class ASRTask(Task):
                 raise BenchError(f"dataset '{self.dataset}': the {split} split has no utterances; "
                                  f"give it some (task.sizes, or the audiofolder's split column/folder)")
         transcripts = feats["transcripts"]
+        if self.units == "char" and (marked := next((s for s in transcripts if SPACE in s), None)):
+            raise BenchError(f"dataset '{self.dataset}': the transcript {marked!r} holds '{SPACE}', the "
+                             f"word separator of task.units=char, so it could never be scored right; "
+                             f"remove it from the transcripts or use task.units=word")
         train_text = [transcripts[i] for i in members["train"]]
         self.vocab = Vocabulary.from_transcripts(self.units, train_text)
         train_words = sorted({w for text in train_text for w in text.split()})

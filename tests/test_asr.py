@@ -13,6 +13,7 @@ import soundfile
 import torch
 
 from bench.data.audiofolder import audiofolder_rows
+from bench.errors import BenchError
 from bench.records.record import record_problem
 from tasks.asr import ASRTask, draw_strings, fsdd_pools
 from tasks.ctc_decoding import BLANK, UNKNOWN, BeamDecoder, Vocabulary, error_rates, greedy_ids
@@ -259,3 +260,23 @@ def test_fsdd_strings_from_the_data_root(data_dir, tmp_path):
     again = ASRTask("asr", "fsdd_strings", str(data_dir), str(tmp_path / "cache"),
                     sizes={"train": 30, "val": 6, "test": 6}).load(0)
     assert again.info["features"]["cached"] and again.test.references == splits.test.references
+
+
+def test_a_metadata_csv_with_a_byte_order_mark_reads_as_without(tmp_path):
+    root = write_audiofolder(tmp_path / "a", audiofolder_rows_for({"train": 6, "validation": 2, "test": 2}))
+    plain = audiofolder_rows(root, 0.1, 0)
+    csv_path = root / "metadata.csv"
+    csv_path.write_bytes(b"\xef\xbb\xbf" + csv_path.read_bytes())  # as Excel saves "CSV UTF-8"
+    assert audiofolder_rows(root, 0.1, 0) == plain
+
+
+def test_the_char_word_separator_in_a_transcript_is_refused(tmp_path):
+    rows = audiofolder_rows_for({"train": 6, "validation": 2, "test": 2})
+    root = write_audiofolder(tmp_path / "a", rows)
+    csv_path = root / "metadata.csv"
+    csv_path.write_text(csv_path.read_text().replace(f",{rows[-1][2]},", ",a|b one,"))
+    task = ASRTask("asr", "audiofolder", None, str(tmp_path / "cache"), root=str(root), units="char")
+    with pytest.raises(BenchError, match="'a|b one' holds '|', the word separator of task.units=char"):
+        task.load(0)
+    word = ASRTask("asr", "audiofolder", None, str(tmp_path / "cache"), root=str(root), units="word")
+    assert "a|b one" in word.load(0).test.references  # a word may hold it: no separator there

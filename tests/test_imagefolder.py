@@ -67,3 +67,15 @@ def test_a_run_on_your_images(tmp_path, val):
     else:  # a fifth of train carved out with the split seed
         assert data["sizes"] == {"train": 20, "val": 4, "test": 8}
     assert rec["status"] == "ok" and 0 <= rec["test_metric"] <= 1
+
+
+def test_16_bit_grey_images_are_scaled_not_clipped(tmp_path):
+    from PIL import Image
+
+    from bench.data.imagefolder import _decode
+
+    dark, bright = tmp_path / "dark.png", tmp_path / "bright.png"
+    Image.fromarray(np.full((8, 8), 1000, dtype=np.uint16)).save(dark)  # PIL reads these as mode I
+    Image.fromarray(np.full((8, 8), 60000, dtype=np.uint16)).save(bright)
+    low, high = _decode(str(dark), 1, (8, 8)), _decode(str(bright), 1, (8, 8))
+    assert low.unique().tolist() == [round(1000 / 257)] and high.unique().tolist() == [round(60000 / 257)]

@@ -43,7 +43,7 @@ def _metadata_files(root: Path) -> list[tuple[Path, str | None]]:
 
 def _rows(path: Path, folder_split: str | None) -> list[Row]:
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # Excel writes a byte-order mark
             reader = csv.DictReader(f)
             columns = reader.fieldnames or []
             missing = [c for c in REQUIRED if c not in columns]

@@ -44,6 +44,9 @@ def _decode(path: str, channels: int, size: tuple[int, int]) -> Tensor:
 
     try:
         with Image.open(path) as image:
+            if image.mode.startswith("I"):  # 16-bit grey: PIL's convert would clip it at 255
+                wide = np.asarray(image, dtype=np.float64)
+                image = Image.fromarray(np.round(wide / 257).clip(0, 255).astype(np.uint8), mode="L")
             image = image.convert("L" if channels == 1 else "RGB").resize((size[1], size[0]),
                                                                           Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8)
@@ -58,7 +61,7 @@ def _fingerprint(folders: dict, channels: int, size: tuple[int, int]) -> str:
         for path, label in folder.samples:
             stat = Path(path).stat()
             entries.append([split, path, label, stat.st_size, stat.st_mtime_ns])
-    blob = json.dumps({"files": entries, "channels": channels, "size": size, "version": 1})
+    blob = json.dumps({"files": entries, "channels": channels, "size": size, "version": 2})
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -40,6 +40,12 @@ def direction(higher: bool) -> str:
     return "higher is better" if higher else "lower is better"
 
 
+def indication(holds: bool) -> str:
+    """The word for a finding without a test of its difference (one measurement per run, or
+    means without a per-seed spread): an indication for or against the claim, never a verdict."""
+    return "indication for" if holds else "indication against"
+
+
 def baselines(group: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The rows of each baseline family in ``group``, by family."""
     others = group[group["model_family"] != ATTENTION]
@@ -157,7 +163,7 @@ def speed_findings(agg: pd.DataFrame) -> list[Finding]:
         return label(row["model"], "default", row["setting"])
 
     def faster(ratio: float) -> str:
-        return "supported" if ratio > 1 else "not supported"
+        return indication(ratio > 1)
 
     default = agg[agg["variant"] == "default"] if not agg.empty else agg
     for (task, dataset), group in default.groupby(["task", "dataset"]):
@@ -234,7 +240,7 @@ def _by_length_findings(buckets: pd.DataFrame) -> list[Finding]:
             by_model = by_model.droplevel(0)
             best_model = by_model.idxmax() if higher else by_model.idxmin()
             best = by_model[best_model]
-            word = "supported" if (attn > best if higher else attn < best) else "not supported"
+            word = indication(attn > best if higher else attn < best)
             findings.append(Finding(
                 where, f"{word} on the longest bucket",
                 f"{longest} {unit}: attention {metric} {attn:.3g} vs the best {family} baseline, "
@@ -315,11 +321,11 @@ def time_to_quality_findings(ttq: pd.DataFrame) -> list[Finding]:
             for _, a in attention.iterrows():
                 target = f"the best baseline's final validation score ({a['target_value']:.4g})"
                 if not a["reached"]:
-                    findings.append(Finding(where, "not supported", f"{a['model']} never reached {target}"))
+                    findings.append(Finding(where, indication(False), f"{a['model']} never reached {target}"))
                 elif quickest["reached"]:
                     speedup = quickest["wall_s"] / a["wall_s"]
                     findings.append(Finding(
-                        where, "supported" if speedup > 1 else "not supported",
+                        where, indication(speedup > 1),
                         f"time to quality: {a['model']} reached {target} in {a['wall_s'] / 60:.3g} min, "
                         f"{speedup:.2f}x as fast as the quickest {family} baseline, {quickest['model']} "
                         f"({quickest['wall_s'] / 60:.3g} min); means over the seeds that reached it, "

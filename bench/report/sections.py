@@ -165,11 +165,14 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
         ax.set_xscale("log")
         readable_log_axis(ax.xaxis)
         ax.set_xlabel("training samples/s (log)")
-        ax.set_ylabel(f"test {group['metric_name'].iloc[0]}")
+        ax.set_ylabel(f"test {group['metric_name'].iloc[0]} ({direction(higher_is_better(group))})")
+        if not higher_is_better(group):  # WER: better is up here too
+            ax.invert_yaxis()
         ax.set_title(f"{task} / {dataset}")
         ax.legend(fontsize=7)
     s.figure("Test metric (mean ± 95% CI) against training throughput, per task.", fig)
-    s.text("Up and to the right is better: more accurate and faster to train.")
+    s.text("Up and to the right is better: more accurate and faster to train (the axis of a "
+           "lower-is-better metric, such as WER, is inverted).")
     return s
 
 
@@ -479,7 +482,9 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) 
         f"Measured on: {hardware}. A verdict from seeds rests on Welch's t-test of the difference "
         f"of the means (its 95% interval and p beside it), Holm-corrected across the comparisons "
         f"of one claim: supported or contradicted when significant at 5%, inconclusive otherwise, "
-        f"and always with a single seed. Throughput is one measurement per run."
+        f"and always with a single seed. A finding without such a test (throughput, one "
+        f"measurement per run; time to quality; metric by length) is only an indication for or "
+        f"against the claim, never a verdict."
     )
     curves = learning_curves(records)
     by_claim = {
