@@ -337,3 +337,14 @@ def test_weight_decay_matches_timm_vit():
     matrices = sum(p.ndim >= 2 for p in theirs.parameters())
     assert sum(p.ndim >= 2 for p in ours.parameters()) == matrices
     assert len(ours_undecayed) == len(timm_undecayed)
+
+
+def test_a_budget_of_too_few_steps_warns_once_before_training(caplog):
+    from bench.run.engine import MIN_STEPS, warn_if_too_few_steps
+
+    caplog.set_level("WARNING", logger="bench.run.engine")
+    warn_if_too_few_steps(5, 5, 1)  # the 30-utterance audiofolder under the asr recipe
+    warn_if_too_few_steps(MIN_STEPS, 2, MIN_STEPS // 2)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "budget is 5 optimizer steps (5 epochs of 1 batches)" in warning
+    assert "raise trainer.epochs" in warning

@@ -148,3 +148,16 @@ def test_table_prints_numbers_for_reading(tmp_path):
     out = run_cli("table", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "143,274" in out.stdout and "16,170,000" in out.stdout and "e+0" not in out.stdout
+
+
+def test_params_vs_attention_names_an_unmatched_comparison(tmp_path):
+    from bench.report.render import write_report
+
+    write_record(tmp_path, "a", model="attention", params=1000)
+    write_record(tmp_path, "g", model="gru", params=1050, test_metric=0.8)
+    write_record(tmp_path, "l", model="lstm", params=3400, test_metric=0.7)
+    frame = load(tmp_path)
+    ratios = dict(zip(frame["model"], frame["params_vs_attention"], strict=True))
+    assert ratios == {"attention": 1.0, "gru": 1.05, "lstm": 3.4}
+    results = write_report(tmp_path)[0].read_text().split("## Results per task")[1].split("\n## ")[0]
+    assert "Not at matched parameters" in results and "lstm 3.40x" in results and "gru 1.05x" not in results

@@ -67,6 +67,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("val_metric", "the best validation score (the one that chose the checkpoint)"),
     Column("params", "trainable parameters", aggregate="mean", header="params", format=whole,
            in_run_list=True),
+    Column("params_vs_attention", "params over the attention model's of the same task and dataset "
+           "(mean of its default-variant runs); outside 0.9-1.1 the comparison is not at matched "
+           "parameters, and the report says so", aggregate="mean", header="params vs attention",
+           format=lambda value: "-" if value != value or value is None else f"{value:.2f}x",
+           read=lambda record: None),  # set by the table, from the attention runs
     Column("train_samples_per_s", "steady-state training throughput (warm-up steps excluded)",
            aggregate="mean", header="train samples/s", in_run_list=True),
     Column("infer_samples_per_s", "inference throughput on one test batch (translation: greedy "

@@ -18,6 +18,8 @@ from bench.records.columns import COLUMNS, NAMES
 from bench.records.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
 GROUP = ["task", "dataset", "model", "variant", "setting"]
+ATTENTION_FAMILY = "attention"
+PARAMS_TOLERANCE = 0.10  # a baseline's parameters within 10% of attention's: a fair comparison
 MAX_SETTING_KEYS = 3
 # The experiment axes the report draws against, read from each record's config: (config key,
 # whether a sweep along it compares models). The runs of one sweep are those whose configs
@@ -116,7 +118,24 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     for rec in records:
         settings = among_ok if rec.get("status") == "ok" else among_all
         rows.append({**_row(rec), "setting": settings[_group(rec)][rec.get("config_hash")]})
-    return pd.DataFrame(rows, columns=NAMES)
+    frame = pd.DataFrame(rows, columns=NAMES)
+    frame["params_vs_attention"] = params_vs_attention(frame)
+    return frame
+
+
+def params_vs_attention(frame: pd.DataFrame) -> pd.Series:
+    """Each run's parameters over the attention model's of its task and dataset (the mean over
+    its default-variant ok runs, else over all of them): a fair comparison keeps it within
+    ``PARAMS_TOLERANCE``. NaN where the task and dataset have no attention run."""
+    ratio = pd.Series(float("nan"), index=frame.index, dtype=float)
+    ok = frame[(frame["status"] == "ok") & (frame["model_family"] == ATTENTION_FAMILY)]
+    for (task, dataset), rows in frame.groupby(["task", "dataset"], dropna=False):
+        attention = ok[(ok["task"] == task) & (ok["dataset"] == dataset)]
+        default = attention[attention["variant"] == "default"]
+        reference = (default if len(default) else attention)["params"].astype(float).mean()
+        if reference and reference == reference:  # not NaN, not zero
+            ratio[rows.index] = rows["params"].astype(float) / reference
+    return ratio
 
 
 def load(results_dir: str | Path) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from bench.records.attention_examples import load_example  # noqa: E402
 from bench.records.columns import COLUMNS  # noqa: E402
 from bench.records.numbers import fmt  # noqa: E402
-from bench.records.table import aggregate, counted_records, label, to_frame  # noqa: E402
+from bench.records.table import PARAMS_TOLERANCE, aggregate, counted_records, label, to_frame  # noqa: E402
 from bench.report.analysis import (  # noqa: E402
     attention_distances,
     direction,
@@ -127,6 +127,12 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
         s.table(table)
         for verdict in model_verdicts(group):
             s.text(verdict)
+        unmatched = group[(group["params_vs_attention"] - 1).abs() > PARAMS_TOLERANCE]
+        if len(unmatched):
+            s.text("Not at matched parameters (more than 10% from the attention model's): "
+                   + ", ".join(f"{label(r.model, r.variant, r.setting)} {r.params_vs_attention:.2f}x"
+                               for r in unmatched.itertuples())
+                   + "; a difference in the metric may be the parameter count's.")
         budgets = group.dropna(subset=["epochs_run"])
         if budgets["epochs_run"].round(1).nunique() > 1:
             s.text(

@@ -33,6 +33,7 @@ from bench.run.loggers import RunLogger
 from bench.task import Batch, Splits, Task
 
 CHECKPOINT = "best.pt"
+MIN_STEPS = 100  # fewer optimizer steps than this is warned about (the quick suite's digits run 165)
 LOG_EVERY_STEPS = 10  # how often a run logger gets the training loss, learning rate and samples/s
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,16 @@ def train_step(task: Task, model: nn.Module, batch: Batch, optimizer: torch.opti
     return loss_value
 
 
+def warn_if_too_few_steps(total_steps: int, epochs: int, steps_per_epoch: int) -> None:
+    """One line before training when the epoch budget comes to too few optimizer steps to
+    train a model (a small dataset under a recipe made for a larger one). A cap the user set
+    (``trainer.max_steps``) is taken as meant."""
+    if total_steps < MIN_STEPS:
+        log.warning("this run's budget is %d optimizer steps (%d epochs of %d batches), fewer than the "
+                    "%d a model needs to train; raise trainer.epochs (or lower trainer.batch_size)",
+                    total_steps, epochs, steps_per_epoch, MIN_STEPS)
+
+
 def _improved(value: float, best: float | None, higher_is_better: bool) -> bool:
     if best is None:
         return True
@@ -141,6 +152,8 @@ def train(
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
+    else:
+        warn_if_too_few_steps(total_steps, cfg.epochs, steps_per_epoch)
     warmup_steps = max(1, min(total_steps // 2, round(cfg.warmup_epochs * steps_per_epoch)))
     optimizer = build_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
