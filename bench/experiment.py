@@ -17,7 +17,7 @@ from bench.run import engine, measure
 from bench.run.environment import environment
 from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
-from bench.setup.build import build, validate
+from bench.setup.build import build, build_task, validate
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -57,30 +57,32 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)
     resolved = record.resolved_config(cfg)
     config_hash = record.config_hash(resolved)
-    if (done := _recorded_ok(cfg, config_hash)) is not None:
+    data = build_task(cfg).data_fingerprint()  # the experiment is its config and its data
+    if (done := _recorded_ok(cfg, config_hash, data)) is not None:
         return done
     with run_lock(cfg.results_dir, config_hash, cfg.seed) as other:
         if other is not None:  # another sweep runs this very job now: never run it twice
             log.warning("skipping: %s seed %s (config %s) is being run by %s; its record will be "
                         "in %s", cfg.model.get("name"), cfg.seed, config_hash, other, cfg.results_dir)
             return {"skipped": True, "locked_by": other}
-        if (done := _recorded_ok(cfg, config_hash)) is not None:  # finished while we looked
+        if (done := _recorded_ok(cfg, config_hash, data)) is not None:  # finished while we looked
             return done
-        return _run(cfg, resolved, config_hash)
+        return _run(cfg, resolved, config_hash, data)
 
 
-def _recorded_ok(cfg: DictConfig, config_hash: str) -> dict[str, Any] | None:
-    """This experiment and seed's earlier ok record, marked skipped (unless force=true)."""
+def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None) -> dict[str, Any] | None:
+    """This experiment and seed's earlier ok record on the same data, marked skipped (unless
+    force=true)."""
     if cfg.get("force", False):
         return None
-    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed)
+    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data)
     if done is None:
         return None
     log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
     return {**done, "skipped": True}
 
 
-def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
+def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) -> dict[str, Any]:
     try:
         setup = build(cfg)
     except BenchError:
@@ -96,6 +98,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str) -> dict[str, Any]:
         variant=cfg.get("variant") or "default",
         seed=cfg.seed,
         config_hash=config_hash,
+        data_fingerprint=data,
         metric_name=task.metric_name,
         higher_is_better=task.higher_is_better,
         params=measure.count_parameters(model),

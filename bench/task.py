@@ -88,6 +88,13 @@ class Task(abc.ABC):
     def load(self, seed: int) -> Splits:
         """Read (or build and cache) the train/val/test splits."""
 
+    def data_fingerprint(self) -> str | None:
+        """What identifies the data beyond the config, for data that can change under the same
+        config (a user's folder): a digest, cheap to compute before anything is loaded. Resume
+        and tables treat runs on other data as other experiments. None: the config fixes the
+        data (a generated set, or a shipped one whose files are checked against checksums)."""
+        return None
+
     @abc.abstractmethod
     def input_kind(self, splits: Splits) -> InputKind:
         """What this task hands a model (``models.inputs``): the shape of a batch's inputs

@@ -97,6 +97,10 @@ class UtteranceSource(abc.ABC):
     @abc.abstractmethod
     def split_rule(self) -> str: ...
 
+    def data_fingerprint(self) -> str | None:
+        """See ``Task.data_fingerprint``: None for data the config fixes."""
+        return None
+
 
 class FsddStrings(UtteranceSource):
     default_sizes = {"train": 10000, "val": 1000, "test": 1000}
@@ -171,6 +175,9 @@ class AudioFolder(UtteranceSource):
     def split_rule(self) -> str:
         return "the audiofolder's own split column or folders"
 
+    def data_fingerprint(self) -> str | None:
+        return audiofolder_fingerprint(self.task.root)
+
 
 SOURCES: dict[str, type[UtteranceSource]] = {
     "fsdd_strings": FsddStrings, "synth_strings": SynthStrings, "audiofolder": AudioFolder}
@@ -228,6 +235,9 @@ class ASRTask(Task):
         self.vocab: Vocabulary | None = None
         self.beam: BeamDecoder | None = None
         self.source = SOURCES[dataset](self)
+
+    def data_fingerprint(self) -> str | None:
+        return self.source.data_fingerprint()
 
     def _fingerprint(self) -> dict:
         return {"version": FEATURES_VERSION, "dataset": self.dataset, "source": self.source.fingerprint(),

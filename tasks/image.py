@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 
 from bench.data.cache import discard, is_intact, record_digest
 from bench.data.files import cache_path, data_root, require_files, verify_files
-from bench.data.imagefolder import read_imagefolder
+from bench.data.imagefolder import imagefolder_fingerprint, read_imagefolder
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
 from models.inputs import ImageGrid
@@ -148,6 +148,9 @@ class ImageTask(ClassificationTask):
         n_test = len(y) // 5
         test, train = order[:n_test], order[n_test:]
         return {"train": (x[train], y[train]), "test": (x[test], y[test])}, [str(d) for d in range(10)]
+
+    def data_fingerprint(self) -> str | None:
+        return imagefolder_fingerprint(self.root) if self.dataset == "imagefolder" and self.root else None
 
     def _imagefolder(self) -> tuple[dict[str, tuple[Tensor, Tensor]], list[str]]:
         splits, classes, self.from_cache = read_imagefolder(

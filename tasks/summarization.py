@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from bench.data.files import data_root, verify_files
+from bench.data.files import data_root, files_fingerprint, verify_files
 from bench.errors import BenchError
 from bench.task import SPLITS, split_sizes
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
@@ -95,6 +95,12 @@ class SummarizationTask(TextPairTask):
 
     def _read_reports(self) -> dict[str, TextPairs]:
         return incident_reports(self.reports_sizes, self.reports_seed)
+
+    def data_fingerprint(self) -> str | None:
+        if self.dataset != "jsonl" or not self.root:
+            return None
+        files = [Path(self.root).expanduser() / f"{name}.jsonl" for name in ("train", "validation", "test")]
+        return files_fingerprint([f for f in files if f.is_file()])
 
     def _read_jsonl(self) -> dict[str, TextPairs]:
         root = Path(self.root)

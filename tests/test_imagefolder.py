@@ -79,3 +79,38 @@ def test_16_bit_grey_images_are_scaled_not_clipped(tmp_path):
     Image.fromarray(np.full((8, 8), 60000, dtype=np.uint16)).save(bright)
     low, high = _decode(str(dark), 1, (8, 8)), _decode(str(bright), 1, (8, 8))
     assert low.unique().tolist() == [round(1000 / 257)] and high.unique().tolist() == [round(60000 / 257)]
+
+
+@pytest.mark.slow
+def test_changed_data_is_another_experiment_never_a_resumed_one(tmp_path):
+    """An experiment is its config and its data: after the test class folders are swapped, the
+    same seed is trained again, and the table never averages runs on the two as seeds of one."""
+    from bench import api
+
+    root = make_folder(tmp_path / "mine")
+    run = ["task=image", "task.dataset=imagefolder", f"task.root={root}", "task.image_size=8",
+           "task.channels=1", "trainer.max_steps=2", "trainer.batch_size=8", "model.dim=16",
+           "model.depth=1", "trainer.infer_iters=1", "logger=none", "progress=false",
+           f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}"]
+    first = api.run(run)
+    assert api.run(run).get("skipped")  # the same data: resumed, as before
+    (root / "test" / "cat").rename(root / "test" / "tmp")
+    (root / "test" / "dog").rename(root / "test" / "cat")
+    (root / "test" / "tmp").rename(root / "test" / "dog")
+    again = api.run(run)
+    assert not again.get("skipped") and again["data_fingerprint"] != first["data_fingerprint"]
+    frame = api.table(tmp_path / "r")
+    assert frame["setting"].nunique() == 2 and all(s.startswith("data=") for s in frame["setting"])
+
+
+def test_every_file_an_audiofolder_names_is_in_its_fingerprint(tmp_path):
+    from bench.data.audiofolder import audiofolder_fingerprint
+
+    outside = tmp_path / "elsewhere.wav"
+    outside.write_bytes(b"RIFF0")
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "metadata.csv").write_text(f"file_name,transcription\n../elsewhere.wav,one\n{outside},two\n")
+    before = audiofolder_fingerprint(root)
+    outside.write_bytes(b"RIFF0 and more")  # overwritten, as the issue did
+    assert audiofolder_fingerprint(root) != before

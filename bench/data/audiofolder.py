@@ -11,14 +11,13 @@ and the row.
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from bench.data.audio import read_audio
+from bench.data.files import files_fingerprint
 from bench.errors import BenchError
 
 METADATA = "metadata.csv"
@@ -107,12 +106,8 @@ def read_audiofolder(root: str | Path, val_fraction: float,
 
 
 def audiofolder_fingerprint(root: str | Path) -> str:
-    """A digest of the metadata files and the audio files they name (size and mtime)."""
-    parts = []
-    for path, _ in _metadata_files(Path(root)):
-        parts.append([str(path), hashlib.sha256(path.read_bytes()).hexdigest()])
-        for audio in sorted(path.parent.rglob("*")):
-            if audio.is_file() and audio.name != METADATA:
-                stat = audio.stat()
-                parts.append([str(audio), stat.st_size, stat.st_mtime_ns])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    """A digest of the metadata files and of every audio file they name, wherever it lies
+    (a ``../`` or absolute file_name too): resolved path, size and mtime."""
+    metadata = _metadata_files(Path(root))
+    audio = [row[1] for path, split in metadata for row in _rows(path, split)]
+    return files_fingerprint([path for path, _ in metadata] + audio)

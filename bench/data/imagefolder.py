@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from bench.data.cache import cached
-from bench.data.files import cache_path
+from bench.data.files import cache_path, files_fingerprint
 from bench.errors import BenchError
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -97,3 +97,11 @@ def read_imagefolder(root: str | None, channels: int, size: tuple[int, int],
     key = _fingerprint(folders, channels, size)
     tensors, was_cached = cached(cache_path(cache_dir, "imagefolder") / f"{key}.pt", decode_all)
     return {split: (tensors[f"{split}_x"], tensors[f"{split}_y"]) for split in folders}, classes, was_cached
+
+
+def imagefolder_fingerprint(root: str) -> str:
+    """A digest of every image the folder's splits hold (path, size, mtime), read without
+    decoding: a run's record of which data it trained on."""
+    base = Path(root).expanduser()
+    folders = [f for f in (_folder(base, split) for split in SPLIT_FOLDERS) if f is not None]
+    return files_fingerprint([Path(path) for folder in folders for path, _ in folder.samples])

@@ -145,6 +145,7 @@ class RunRecord(TypedDict, total=False):
     variant: str
     seed: int
     config_hash: str
+    data_fingerprint: str | None  # the data beyond the config (a user's folder): Task.data_fingerprint
     config: dict[str, Any]  # the resolved config, hydra's own keys left out
     run_id: str
     run_dir: str
@@ -278,12 +279,15 @@ def _read_record(path: Path) -> RunRecord:
     return rec
 
 
-def find_ok_record(results_dir: str | Path, config_hash: str, seed: int) -> dict[str, Any] | None:
-    """An earlier ``ok`` record of the same experiment (config hash) and seed, if any: first
-    among the runs named after this hash, then among the seed's runs named after an earlier
-    hash of theirs (a damaged record there belongs to no run of this experiment: skipped)."""
+def find_ok_record(results_dir: str | Path, config_hash: str, seed: int,
+                   data_fingerprint: str | None = None) -> dict[str, Any] | None:
+    """An earlier ``ok`` record of the same experiment (config hash and data fingerprint) and
+    seed, if any: first among the runs named after this hash, then among the seed's runs
+    named after an earlier hash of theirs (a damaged record there belongs to no run of this
+    experiment: skipped). A record on other data (the folder changed since) is not one."""
     def ok(rec: dict[str, Any]) -> bool:
-        return rec.get("status") == "ok" and rec.get("config_hash") == config_hash and rec.get("seed") == seed
+        return (rec.get("status") == "ok" and rec.get("config_hash") == config_hash
+                and rec.get("seed") == seed and rec.get("data_fingerprint") == data_fingerprint)
 
     named = f"-s{seed}-{config_hash[:8]}-"
     runs = sorted(Path(results_dir).glob(f"runs/*-s{seed}-*/{RECORD}"))

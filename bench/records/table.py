@@ -100,10 +100,21 @@ def _group(rec: dict) -> tuple:
     return tuple(rec.get(k) for k in GROUP[:-1])
 
 
+def experiment(rec: dict) -> str:
+    """What names an experiment in the table: its config hash, and its data where the record
+    has a data fingerprint (a user's folder), so runs on changed data never count as seeds of
+    the runs before the change."""
+    fingerprint = rec.get("data_fingerprint")
+    return f"{rec.get('config_hash')}/{fingerprint}" if fingerprint else str(rec.get("config_hash"))
+
+
 def _settings(records: list[dict]) -> dict[tuple, dict[str, str]]:
     configs: dict[tuple, dict[str, Any]] = {}
     for rec in records:
-        configs.setdefault(_group(rec), {})[rec.get("config_hash")] = rec.get("config")
+        config = dict(rec.get("config") or {})
+        if rec.get("data_fingerprint"):
+            config["data"] = rec["data_fingerprint"][:8]  # labelled data=<digest> where it differs
+        configs.setdefault(_group(rec), {})[experiment(rec)] = config
     return {group: setting_labels(by_hash) for group, by_hash in configs.items()}
 
 
@@ -117,7 +128,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for rec in records:
         settings = among_ok if rec.get("status") == "ok" else among_all
-        rows.append({**_row(rec), "setting": settings[_group(rec)][rec.get("config_hash")]})
+        rows.append({**_row(rec), "setting": settings[_group(rec)][experiment(rec)]})
     frame = pd.DataFrame(rows, columns=NAMES)
     frame["params_vs_attention"] = params_vs_attention(frame)
     return frame
