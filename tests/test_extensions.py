@@ -18,9 +18,12 @@ OUTSIDE = ROOT / "tests" / "outside"
 SEARCH = f"hydra.searchpath=[file://{OUTSIDE / 'conf'}]"
 ENV = {"PYTHONPATH": str(OUTSIDE)}
 TASKS = {**TINY_TASKS, "recall": ["task=recall", "task.seq_len=16",
-                                  "task.sizes={train:200,val:50,test:50}", *BUDGET]}
+                                  "task.sizes={train:200,val:50,test:50}", *BUDGET],
+         "asr": ["task=asr", "task.dataset=synth_strings", "task.sizes={train:40,val:8,test:8}", *BUDGET],
+         "summarization": ["task=summarization", "task.dataset=reports",
+                           "task.reports_sizes={train:200,val:10,test:12}", *BUDGET]}
 NOTES = {"image": "rows", "speech": "frames", "translation": "causal convolution decoder",
-         "recall": "over the tokens"}
+         "recall": "over the tokens", "asr": "CTC head", "summarization": "causal convolution decoder"}
 
 
 def test_the_project_does_not_know_the_outside_family_or_task():

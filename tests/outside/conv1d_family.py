@@ -14,7 +14,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.inputs import Built, FrameSequence, ImageGrid, InputKind, TokenPairs, TokenSequence
+from models.inputs import (
+    Built,
+    FrameSequence,
+    FrameTranscription,
+    ImageGrid,
+    InputKind,
+    TokenPairs,
+    TokenSequence,
+    UnsupportedInput,
+)
 
 
 class ConvStack(nn.Module):
@@ -59,6 +68,27 @@ class ConvClassifier(nn.Module):
         return self.head(masked_mean(self.encoder(self.embed(x)), lengths))
 
 
+class ConvTranscriber(nn.Module):
+    """Frames stacked ``stride`` to a step (as the RNN transcribers do), the convolutions over
+    the steps, per-step token log-probabilities for CTC."""
+
+    def __init__(self, in_features: int, stride: int, vocab_size: int, dim: int, depth: int,
+                 kernel_size: int) -> None:
+        super().__init__()
+        self.stride = stride
+        self.embed = nn.Linear(in_features * stride, dim)
+        self.encoder = ConvStack(dim, depth, kernel_size)
+        self.head = nn.Linear(dim, vocab_size)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        frames = x.permute(0, 3, 1, 2).flatten(2)  # (B, T, C * F)
+        frames = F.pad(frames, (0, 0, 0, -frames.shape[1] % self.stride))
+        steps = frames.reshape(frames.shape[0], -1, frames.shape[2] * self.stride)  # (B, T / stride, ...)
+        out = self.head(self.encoder(self.embed(steps)))
+        valid = torch.div(lengths + self.stride - 1, self.stride, rounding_mode="floor")
+        return F.log_softmax(out, dim=-1), valid
+
+
 class ConvSeq2Seq(nn.Module):
     def __init__(self, vocab_size: int, dim: int, depth: int, kernel_size: int, pad_id: int) -> None:
         super().__init__()
@@ -96,10 +126,14 @@ def build(inputs: InputKind, *, dim: int, depth: int, kernel_size: int = 3) -> B
         model = ConvClassifier("frames", inputs.channels * inputs.bins, inputs.num_classes, dim, depth,
                                kernel_size)
         return Built(model, "1-D convolutions over spectrogram frames, mean over valid frames")
+    if isinstance(inputs, FrameTranscription):
+        model = ConvTranscriber(inputs.channels * inputs.bins, inputs.step_stride, inputs.vocab_size, dim,
+                                depth, kernel_size)
+        return Built(model, f"1-D convolutions over steps of {inputs.step_stride} stacked frames, CTC head")
     if isinstance(inputs, TokenSequence):
         model = ConvClassifier("tokens", inputs.vocab_size, inputs.num_classes, dim, depth, kernel_size)
         return Built(model, "1-D convolutions over the tokens")
     if isinstance(inputs, TokenPairs):
         return Built(ConvSeq2Seq(inputs.vocab_size, dim, depth, kernel_size, inputs.pad_id),
                      "convolution encoder, causal convolution decoder over the pooled source")
-    raise TypeError(f"no reader for {type(inputs).__name__}")
+    raise UnsupportedInput(f"the conv1d family has no reader for {type(inputs).__name__}")
