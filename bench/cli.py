@@ -37,6 +37,7 @@ def validate_overrides(overrides: list[str], multirun: bool = False) -> None:
 
     first = compose_config("config", sweep_points(overrides)[0], "run", hydra_config=True)  # Hydra's first
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_results_dir(first.results_dir)  # Hydra's folder lies under it by default: name the cause
     check_output_dir(OmegaConf.select(first, key), key)
     if multirun:
         overrides = [*suite_sweeps(overrides), *overrides]
