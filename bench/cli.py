@@ -76,6 +76,12 @@ def _hydra_run(cfg: DictConfig) -> float | None:
         rec["test_metric"], f"{rec['params']:,}", rec["train_samples_per_s"] or 0,
         Path(rec["run_dir"]) / "record.json",
     )
+    from bench.records.table import unmatched_params
+
+    if ratio := unmatched_params(cfg.results_dir, rec):
+        log.warning("%s has %.2fx the attention model's parameters on %s/%s: not a comparison at "
+                    "matched parameters (within 10%%); size it in model_size/%s/%s.yaml",
+                    rec["model"], ratio, rec["task"], rec["dataset"], rec["task"], rec["model"])
     return rec["test_metric"]
 
 
@@ -184,6 +190,10 @@ def speed_command(args: list[str]) -> int:
     from bench.speed import benchmark as speed
 
     cfg = compose_config("speed", args, "speed")
+    # The task models are composed from the run config: they see the user's own models and
+    # tasks on the same search path.
+    searchpath = [a for a in args if a.split("=", 1)[0].lstrip("+") == "hydra.searchpath"]
+    cfg.tasks.run_overrides = [*searchpath, *cfg.tasks.run_overrides]
     check_results_dir(cfg.results_dir)
     log_errors_to(cfg.results_dir)
     frame = speed.run_speed(cfg, progress=show_progress(cfg.progress))

@@ -58,6 +58,11 @@ def test_a_task_from_outside_runs_every_model(tmp_path):
     assert sorted(r["model"] for r in records) == ["attention", "conv1d", "gru", "lstm"]
     for rec in records:
         assert rec["status"] == "ok" and rec["task"] == "majority" and rec["dataset"] == "bits"
+    params = {r["model"]: r["params"] for r in records}
+    for model in ("lstm", "gru", "conv1d"):  # the sweep runs attention first, then says it
+        ratio = params[model] / params["attention"]
+        said = f"{model} has {ratio:.2f}x the attention model's parameters on majority/bits"
+        assert (said in out.stdout) == (abs(ratio - 1) > 0.1), (said, out.stdout[-2000:])
         assert rec["epochs_run"] == 2 and rec["config"]["trainer"]["batch_size"] == 64  # its recipe
         assert 0.0 <= rec["test_metric"] <= 1.0
 
@@ -85,3 +90,27 @@ def test_an_input_kind_a_family_cannot_read_is_a_user_error():
     build_model(cfg, TokenSequence(vocab_size=5, seq_len=4, num_classes=2))  # it reads this one
     with pytest.raises(BenchError, match="attention model family has no reader for str inputs"):
         build_model(cfg, "not an input kind")
+
+
+def test_run_help_lists_the_models_and_tasks_on_the_search_path():
+    out = run_cli("run", "--help", SEARCH, env=ENV)
+    assert out.returncode == 0, out.stderr
+    groups = dict(line.strip().split(": ", 1) for line in out.stdout.splitlines()
+                  if line.startswith(("  task: ", "  model: ")))
+    assert "majority" in groups["task"].split(", ") and "image" in groups["task"].split(", ")
+    assert groups["model"].split(", ") == ["attention", "conv1d", "gru", "lstm"]
+    plain = run_cli("run", "--help")
+    assert "conv1d" not in plain.stdout and "majority" not in plain.stdout
+
+
+@pytest.mark.slow
+def test_speed_times_a_family_and_task_from_the_search_path(tmp_path):
+    import pandas as pd
+
+    out = run_cli("speed", SEARCH, "tasks.names=[majority]", "tasks.models=[attention,conv1d]",
+                  "attention.enabled=false", "tasks.timed_steps=1", "tasks.repeats=1",
+                  "tasks.min_seconds=0", "matmul_size=64", f"results_dir={tmp_path}", env=ENV)
+    assert out.returncode == 0, out.stderr
+    timed = pd.read_csv(tmp_path / "speed.csv")
+    assert set(timed["model"]) == {"majority/bits:attention", "majority/bits:conv1d"}
+    assert (timed["status"] == "ok").all()

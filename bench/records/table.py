@@ -149,6 +149,20 @@ def params_vs_attention(frame: pd.DataFrame) -> pd.Series:
     return ratio
 
 
+def unmatched_params(results_dir: str | Path, rec: dict) -> float | None:
+    """A recorded run's parameters over the attention model's of its task and dataset (from
+    the ok attention records under ``results_dir``), when that is more than
+    ``PARAMS_TOLERANCE`` from 1; None when matched, or when there is nothing to compare with."""
+    if rec.get("model_family") == ATTENTION_FAMILY or rec.get("status") != "ok":
+        return None
+    records = read_records(results_dir)
+    mine = [i for i, r in enumerate(records) if r.get("run_dir") == rec["run_dir"]]
+    if not mine:
+        return None
+    ratio = float(to_frame(records)["params_vs_attention"].iloc[mine[0]])
+    return None if ratio != ratio or abs(ratio - 1) <= PARAMS_TOLERANCE else ratio
+
+
 def load(results_dir: str | Path) -> pd.DataFrame:
     """The table of every run record under ``results_dir/runs``."""
     return to_frame(read_records(results_dir))

@@ -17,11 +17,31 @@ from bench.errors import BenchError
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
-def group_choices(*groups: str) -> str:
-    """``  group: choice, choice`` per group, one per line, for ``mhab run --help``."""
-    lines = []
+def config_dirs(searchpath: list[str] | None = None) -> list[Path]:
+    """``conf/`` and the folders of ``hydra.searchpath`` (``file://`` and ``pkg://`` entries),
+    where a user's own models, tasks and suites live."""
+    dirs = [Path(CONF_DIR)]
+    for entry in searchpath or []:
+        scheme, _, where = str(entry).partition("://")
+        if scheme == "file":
+            dirs.append(Path(where))
+        elif scheme == "pkg":
+            import importlib.resources
+
+            package, _, sub = where.partition("/")
+            try:
+                dirs.append(Path(str(importlib.resources.files(package))) / sub)
+            except ModuleNotFoundError:
+                continue  # Hydra says so when it composes
+    return dirs
+
+
+def group_choices(searchpath: list[str] | None, *groups: str) -> str:
+    """``  group: choice, choice`` per group, one per line, for ``mhab run --help``; the
+    choices of ``conf/`` and of every folder on ``hydra.searchpath``."""
+    lines, folders = [], config_dirs(searchpath)
     for group in groups:
-        choices = sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+        choices = sorted({p.stem for folder in folders for p in (folder / group).glob("*.yaml")})
         lines.append(f"  {group}: {', '.join(choices)}")
     return "\n".join(lines)
 
