@@ -47,3 +47,10 @@ def test_errors_are_the_clis_one_line_messages_as_exceptions(tmp_path):
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
     with pytest.raises(BenchError, match="no run records under"):
         api.table(tmp_path / "empty")
+
+
+def test_a_sweep_without_values_is_an_error_in_the_api(tmp_path):
+    for call in (api.sweep, api.multirun):
+        with pytest.raises(BenchError, match="has no values, so there is nothing to run"):
+            call([*TINY, f"results_dir={tmp_path}", "seed=range(0,0)"])
+    assert not (tmp_path / "runs").exists()

@@ -324,6 +324,24 @@ def test_a_lower_is_better_metric_is_judged_the_right_way_round(tmp_path):
                                          "(lower is better)")
 
 
+def test_a_lower_is_better_metric_is_drawn_upside_down_in_the_tradeoff(tmp_path, monkeypatch):
+    """Up and to the right is better in every panel: a WER axis is inverted, accuracy's is not."""
+    from bench.records.table import aggregate, load
+    from bench.report import sections
+
+    drawn = []
+    monkeypatch.setattr(sections.Section, "figure", lambda self, caption, fig: drawn.append(fig))
+    wer = aggregate(load(wer_results(tmp_path / "wer")))
+    for seed in range(2):
+        write_record(tmp_path / "acc", f"a{seed}", seed=seed, test_metric=0.9)
+    accuracy = aggregate(load(tmp_path / "acc"))
+    sections.tradeoff_section(wer)
+    sections.tradeoff_section(accuracy)
+    (wer_axis,), (accuracy_axis,) = (fig.axes for fig in drawn)
+    assert wer_axis.yaxis_inverted() and "lower is better" in wer_axis.get_ylabel()
+    assert not accuracy_axis.yaxis_inverted() and "higher is better" in accuracy_axis.get_ylabel()
+
+
 def test_sample_outputs_are_escaped_and_keep_the_table_whole(tmp_path):
     md_path, html_path = write_report(wer_results(tmp_path / "results"))
     samples = md_path.read_text().split("## Sample outputs")[1].split("\n## ")[0]
