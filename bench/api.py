@@ -10,6 +10,7 @@ it started raises ``RunFailed`` (its record says why).
     records = api.multirun(["suite=quick", "task=translation"])
     frame = api.table("results/quick")
     path = api.report("results/quick")
+    finals = api.tune(["task=asr", "model=attention,lstm,gru", "tune.trials=16"])
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from bench.errors import BenchError
 from bench.setup.compose import compose_config, sweep_jobs
 from bench.setup.paths import check_results_dir
 
-__all__ = ["run", "multirun", "table", "report", "BenchError"]
+__all__ = ["run", "multirun", "tune", "table", "report", "BenchError"]
 
 
 def run(overrides: list[str] | None = None) -> dict[str, Any]:
@@ -56,6 +57,16 @@ def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     for cfg in cfgs:
         validate(cfg)
     return [_run(cfg) for cfg in cfgs]
+
+
+def tune(overrides: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """``mhab tune OVERRIDES``: the same search for each family of ``model=a,b,...``, then each
+    family's best trial with ``tune.seeds`` seeds on test; the finals' records by model. A
+    family whose trials failed ``tune.max_failed`` times raises ``RunFailed``."""
+    from bench.tune.plan import make_plan
+    from bench.tune.study import run_tune
+
+    return run_tune(make_plan(list(overrides or [])))
 
 
 def table(results_dir: str | Path = "results") -> pd.DataFrame:

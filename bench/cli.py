@@ -70,10 +70,12 @@ def _hydra_run(cfg: DictConfig) -> float | None:
         return None
     if "locked_by" in rec:  # another process runs this job: it writes the record
         return None
+    tested = rec["test_metric"] is not None  # a tuning trial is scored on validation only
+    split, score = ("test", rec["test_metric"]) if tested else ("val", rec["val_metric"])
     log.info(
-        "%s %s %s seed %s: test %s %.4f | %s params | train %.0f samples/s | record %s",
-        rec["task"], rec["dataset"], rec["model"], rec["seed"], rec["metric_name"],
-        rec["test_metric"], f"{rec['params']:,}", rec["train_samples_per_s"] or 0,
+        "%s %s %s seed %s: %s %s %.4f | %s params | train %.0f samples/s | record %s",
+        rec["task"], rec["dataset"], rec["model"], rec["seed"], split, rec["metric_name"],
+        score, f"{rec['params']:,}", rec["train_samples_per_s"] or 0,
         Path(rec["run_dir"]) / "record.json",
     )
     from bench.records.table import unmatched_params
@@ -82,7 +84,7 @@ def _hydra_run(cfg: DictConfig) -> float | None:
         log.warning("%s has %.2fx the attention model's parameters on %s/%s: not a comparison at "
                     "matched parameters (within 10%%); size it in model_size/%s/%s.yaml",
                     rec["model"], ratio, rec["task"], rec["dataset"], rec["task"], rec["model"])
-    return rec["test_metric"]
+    return score
 
 
 def run_command(args: list[str]) -> int:
@@ -148,7 +150,9 @@ def table_command(args: list[str]) -> int:
     paths = save(frame, ns.results_dir)
     print(frame[run_list_columns(frame)].to_string(index=False, float_format=fmt))
     print()
-    print(aggregate(frame).drop(columns="values").to_string(index=False, float_format=fmt))
+    summary = aggregate(frame).drop(columns="values")
+    print(summary.to_string(index=False, float_format=fmt) if len(summary) else
+          "no tested run to aggregate (tuning trials are scored on validation only)")
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0
 
@@ -279,6 +283,9 @@ def estimate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="also the wall time on N parallel workers (hydra/launcher=joblib "
                              "hydra.launcher.n_jobs=N), runs dispatched in the sweep's order")
+    parser.add_argument("--tune", action="store_true",
+                        help="estimate 'mhab tune OVERRIDES' instead: every family's trials and "
+                             "finals (--jobs defaults to tune.jobs)")
     return parser
 
 
@@ -289,16 +296,64 @@ def estimate_command(args: list[str]) -> int:
     from bench import estimate
     from bench.records.numbers import fmt
 
-    configs = estimate.sweep_configs(ns.overrides)
-    records = ns.records or [configs[0].results_dir]
-    estimate.check_results_dirs(records)
-    jobs = estimate.estimate_jobs(configs, records)
+    if ns.tune:
+        from bench.tune.plan import make_plan
+
+        plan = make_plan(ns.overrides)
+        records = ns.records or [plan.results_dir]
+        estimate.check_results_dirs(records)
+        jobs = estimate.tune_jobs(plan, records)
+        ns.jobs = ns.jobs if "--jobs" in args else plan.settings.jobs
+    else:
+        configs = estimate.sweep_configs(ns.overrides)
+        records = ns.records or [configs[0].results_dir]
+        estimate.check_results_dirs(records)
+        jobs = estimate.estimate_jobs(configs, records)
     if jobs["wall_time_s"].isna().all():
         error(f"no ok record under {', '.join(records)} is of an experiment this sweep runs; "
               f"pass --records DIR for the results dir that holds them")
         return 1
     print(estimate.by_task_and_model(jobs).to_string(index=False, float_format=fmt))
     print(f"\n{estimate.summary(jobs, ns.jobs)}")
+    return 0
+
+
+# ---------------------------------------------------------------- tune
+TUNE_HELP = """usage: mhab tune [KEY=VALUE ...]
+
+The same hyper-parameter search for every model family named by model=a,b,...: one Optuna
+study each, with the same number of trials, sampler and search space (search/<task>.yaml in
+conf/ or on hydra.searchpath). A trial is an ordinary run scored on validation (it never reads
+the test split); then each family's best trial runs again with tune.seeds seeds, on test.
+A killed or interrupted tune resumes where it stopped when the same command runs again.
+
+  mhab tune task=asr model=attention,lstm,gru tune.trials=16 tune.seeds=3 [run overrides]
+
+Other overrides apply to every trial and final, as in 'mhab run'. Keys and defaults ({path}):
+"""
+
+
+def tune_command(args: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in args):
+        print(TUNE_HELP.format(path=Path(CONF_DIR) / "tune.yaml"))
+        print((Path(CONF_DIR) / "tune.yaml").read_text())
+        return 0
+    from bench.tune.plan import make_plan
+    from bench.tune.study import LOG_FORMAT, run_tune
+
+    plan = make_plan(list(args))
+    log_errors_to(plan.results_dir)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        finals = run_tune(plan)
+    except RunFailed as e:
+        error(str(e))
+        return 1
+    for model, records in finals.items():
+        scores = ", ".join(f"{r['test_metric']:.4g}" for r in records)
+        print(f"{plan.task}/{plan.dataset} {model}: tuned test {records[0]['metric_name']} over seeds "
+              f"0..{len(records) - 1}: {scores}")
+    print(f"records in {plan.results_dir}; 'mhab report {plan.results_dir}' compares the families")
     return 0
 
 
@@ -310,6 +365,8 @@ COMMANDS = {
     "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
     "speed": (speed_command, "throughput, FLOP rate and memory of the core against torch and timm, "
                              "and of every task's models (writes speed.csv)"),
+    "tune": (tune_command, "the same hyper-parameter search for every model family (Optuna), then "
+                           "the best settings of each with several seeds, on test"),
     "estimate": (estimate_command, "the wall time a sweep would take here, from the records of "
                                    "runs of the same experiments"),
     "data": (data_command, "'data check' verifies the data root (sha256); 'data download NAME' "
@@ -331,10 +388,20 @@ def check_command(argv: list[str]) -> None:
                            multirun=any(a in ("-m", "--multirun") for a in args))
     elif command == "speed":
         compose_config("speed", args, "speed")
+    elif command == "tune":
+        from bench.tune.plan import make_plan
+
+        make_plan(args)
     elif command == "estimate":
         from bench import estimate
 
-        estimate.sweep_configs(estimate_parser().parse_args(args).overrides)
+        ns = estimate_parser().parse_args(args)
+        if ns.tune:
+            from bench.tune.plan import make_plan
+
+            make_plan(ns.overrides)
+        else:
+            estimate.sweep_configs(ns.overrides)
     else:
         {"table": table_parser, "report": report_parser, "data": data_parser}[command]().parse_args(args)
 

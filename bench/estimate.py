@@ -63,6 +63,38 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
     return pd.DataFrame(rows)
 
 
+def tune_jobs(plan, results_dirs: list[str | Path]) -> pd.DataFrame:
+    """One row per run ``mhab tune`` would start (``bench.tune.plan.Plan``): each family's
+    trials, then its finals. A run's estimate is the mean wall time of its study's recorded
+    runs of the same role, else of the family's default-recipe runs (same overrides, no
+    sampled values): a trial trains as long as a default run when its epochs are the
+    recipe's, and skips the test."""
+    recorded = recorded_wall_times(results_dirs)
+    studies: dict[tuple[str, str], list[float]] = {}
+    for results_dir in results_dirs:
+        for rec in read_records(results_dir):
+            if rec.get("status") == "ok" and rec.get("tuning") and rec.get("wall_time_s") is not None:
+                studies.setdefault((rec["tuning"]["study"], rec["tuning"]["role"]), []).append(
+                    float(rec["wall_time_s"]))
+    rows = []
+    settings = plan.settings
+    for family in plan.families:
+        default = compose_config("config", family.overrides, "estimate")
+        defaults = [run for runs in recorded.get(config_hash(default), {}).values() for run in runs]
+        for role, count in (("trial", settings.trials), ("final", settings.seeds if settings.finals else 0)):
+            own = studies.get((family.study, role), [])
+            basis = own or [run["wall_time_s"] for run in defaults]
+            for i in range(count):
+                rows.append({
+                    "task": plan.task, "dataset": plan.dataset, "model": f"{family.model} {role}s",
+                    "seed": i, "records": len(basis),
+                    "from": "this study" if own else "default recipe" if basis else "no record",
+                    "wall_time_s": mean(basis) if basis else math.nan,
+                    "threads": ",".join(sorted({str(run["threads"]) for run in defaults if run["threads"]})),
+                })
+    return pd.DataFrame(rows)
+
+
 def _union(threads: pd.Series) -> str:
     return ",".join(sorted({n for text in threads if text for n in text.split(",")}))
 

@@ -109,6 +109,8 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) ->
         config=resolved,
         environment=environment(device),
     )
+    if cfg.get("tuning") is not None:
+        base["tuning"] = resolved["tuning"]
     stem = record.run_stem(task.name, task.dataset, base["model"], cfg.seed, config_hash)
     run_dir = record.new_run_dir(cfg.results_dir, stem)
     base["run_id"] = run_dir.name
@@ -124,7 +126,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) ->
         results = engine.fit(
             task, model, splits, cfg.trainer, device, run_dir, cfg.seed, bar,
             log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
-            logger=run_logger,
+            logger=run_logger, test=record.tuning_role(cfg) != "trial",
         )
     except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM: say so in this run's record (a rerun retries it) and stop the sweep.

@@ -24,11 +24,15 @@ LAYERS: dict[str, set[str]] = {
     "bench.speed": {"bench.errors", "bench.records", "bench.setup", "bench.run", "models"},
     "bench.report": {"bench.errors", "bench.records", "bench.run", "bench.speed"},
     "bench.experiment": {"bench.errors", "bench.records", "bench.setup", "bench.run"},
-    "bench.estimate": {"bench.errors", "bench.records", "bench.setup"},
-    "bench.api": {"bench.errors", "bench.records", "bench.setup", "bench.report", "bench.experiment"},
+    "bench.tune": {"bench.errors", "bench.records", "bench.setup", "bench.run", "bench.experiment",
+                   "models"},
+    "bench.estimate": {"bench.errors", "bench.records", "bench.setup", "bench.tune"},
+    "bench.api": {"bench.errors", "bench.records", "bench.setup", "bench.report", "bench.experiment",
+                  "bench.tune"},
     "bench.__main__": {"bench.cli"},
     "bench.cli": {"bench.errors", "bench.records", "bench.data", "bench.setup", "bench.run",
-                  "bench.report", "bench.speed", "bench.experiment", "bench.estimate", "bench.api"},
+                  "bench.report", "bench.speed", "bench.experiment", "bench.estimate", "bench.api",
+                  "bench.tune"},
 }
 PACKAGES = ("bench", "models", "tasks")
 

@@ -10,13 +10,20 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
-import matplotlib
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from torch import Tensor  # noqa: E402
+from bench.records.atomic import atomic_torch_save, load_state_dict
 
-from bench.records.atomic import atomic_torch_save, load_state_dict  # noqa: E402
+
+def subplots(*args, **kwargs):
+    """``plt.subplots`` on the Agg backend; matplotlib is imported only when a figure is drawn,
+    since every run imports this module and most never draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
 
 
 @dataclass
@@ -31,7 +38,7 @@ class PatchGridExample:
     def figure(self):
         image, heads = self.input[0].numpy(), self.heads.numpy()
         H = heads.shape[0]
-        fig, axes = plt.subplots(1, H + 1, figsize=(2.2 * (H + 1), 2.4))
+        fig, axes = subplots(1, H + 1, figsize=(2.2 * (H + 1), 2.4))
         axes[0].imshow(image, cmap="gray", aspect="auto",
                        origin="lower" if image.shape[0] < image.shape[1] else "upper")
         axes[0].set_title(f"input (label {self.label})", fontsize=8)
@@ -56,7 +63,7 @@ class CrossAttentionExample:
     def figure(self):
         heads = self.heads.numpy()
         H = heads.shape[0]
-        fig, axes = plt.subplots(1, H, figsize=(3.2 * H, 3.2), squeeze=False)
+        fig, axes = subplots(1, H, figsize=(3.2 * H, 3.2), squeeze=False)
         for h, ax in enumerate(axes[0]):
             ax.imshow(heads[h], cmap="viridis", aspect="auto")
             ax.set_xticks(range(len(self.source_tokens)), self.source_tokens, rotation=90, fontsize=6)
@@ -77,7 +84,7 @@ class TimeAttentionExample:
     def figure(self):
         heads = self.heads.numpy()
         H = heads.shape[0]
-        fig, axes = plt.subplots(1, H + 1, figsize=(2.6 * (H + 1), 2.8), squeeze=False)
+        fig, axes = subplots(1, H + 1, figsize=(2.6 * (H + 1), 2.8), squeeze=False)
         axes[0][0].imshow(self.input.numpy(), cmap="gray", aspect="auto", origin="lower")
         axes[0][0].set_title(f"input: '{self.transcript}'", fontsize=7)
         axes[0][0].set_xlabel("frame", fontsize=7)

@@ -39,6 +39,10 @@ def _environment(key: str) -> Callable[[dict], Any]:
     return lambda record: (record.get("environment") or {}).get(key)
 
 
+def _tuning(key: str) -> Callable[[dict], Any]:
+    return lambda record: (record.get("tuning") or {}).get(key)
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("task", "the task: `image`, `speech`, `asr`, `translation`, `summarization`, `recall` or "
            "your own", in_run_list=True),
@@ -89,6 +93,13 @@ COLUMNS: tuple[Column, ...] = (
            header="wall (min)", format=scaled(60, 3), in_run_list=True),
     Column("device", "`cpu` or `cuda`", read=_environment("device")),
     Column("device_name", "the processor or GPU model", read=_environment("device_name")),
+    Column("study", "`mhab tune`'s study the run belongs to (empty for a plain run)", aggregate="first",
+           read=_tuning("study"), in_run_list=True),
+    Column("trial", "the study's trial number: a trial's own, or the trial a final repeats",
+           read=_tuning("trial"), in_run_list=True),
+    Column("role", "`trial` (scored on validation; no test metric, left out of the aggregate and the "
+           "report's default-recipe results) or `final` (the best trial's settings with another seed, "
+           "tested); empty for a plain run", aggregate="first", read=_tuning("role"), in_run_list=True),
     Column("config_hash", "sha256 (12 hex) of the resolved config without paths, device and seed"),
     Column("run_id", "the run directory's name"),
     Column("error", "why a failed run failed"),

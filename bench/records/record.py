@@ -43,6 +43,7 @@ class Later:
 # resume and group. tests/test_config_hashes.py pins every shipped experiment's hash; a new key
 # missing here fails it and says what to do.
 LATER: tuple[Later, ...] = (
+    Later("tuning", None),
     Later("trainer.dtype", "float32"),
     Later("trainer.compile", False),
     Later("trainer.batching", "random"),
@@ -75,7 +76,12 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
         if any(_get(config, key) != value for key, value in later.when):
             continue
         group, _, key = later.key.rpartition(".")
-        section = config.setdefault(group, {}) if present else config.get(group)
+        if not group:  # a top-level key
+            section: Any = config
+        elif present:
+            section = config.setdefault(group, {})
+        else:
+            section = config.get(group)
         if not isinstance(section, dict):
             continue
         if present:
@@ -153,6 +159,7 @@ class RunRecord(TypedDict, total=False):
     environment: dict[str, Any]  # bench.run.environment: device, versions, git commit, threads
     data: dict[str, Any]  # split sizes, batching, what the task read
     model_notes: str
+    tuning: dict[str, Any] | None  # mhab tune's runs: {study, trial, role}; see tuning_role
     # what it measured (bench.run.engine, bench.run.final)
     metric_name: str
     higher_is_better: bool
@@ -228,13 +235,25 @@ def record_problem(rec: Any) -> str | None:
             return problem
     if rec["status"] not in STATUSES:
         return f"'status' must be one of {', '.join(STATUSES)}, got {rec['status']!r}"
-    if rec["status"] == "ok" and not (isinstance(rec["test_metric"], int | float)
-                                      and math.isfinite(rec["test_metric"])):
+    if rec["status"] == "ok" and tuning_role(rec) == "trial":
+        if rec["test_metric"] is not None:
+            return f"a tuning trial with a test_metric ({rec['test_metric']}): trials never see the test"
+        if not (isinstance(rec.get("val_metric"), int | float) and math.isfinite(rec["val_metric"])):
+            return f"an ok tuning trial without a finite val_metric ({rec.get('val_metric')})"
+    elif rec["status"] == "ok" and not (isinstance(rec["test_metric"], int | float)
+                                        and math.isfinite(rec["test_metric"])):
         return f"an ok run without a finite test_metric ({rec['test_metric']})"
     for key, value in rec.items():
         if key in FIELD_TYPES and key not in required and (problem := _field_problem(key, value)):
             return problem
     return None
+
+
+def tuning_role(rec_or_config: Any) -> str | None:
+    """``trial`` or ``final`` for a run of ``mhab tune`` (from its record or its config),
+    None for a plain run. A trial is scored on validation only: it never reads the test split."""
+    tag = rec_or_config.get("tuning") if hasattr(rec_or_config, "get") else None
+    return tag.get("role") if hasattr(tag, "get") else None
 
 
 def make_record(identity: RunRecord, status: str, started: float, **fields: Any) -> RunRecord:

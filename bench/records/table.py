@@ -73,7 +73,15 @@ def _flatten(config: dict, prefix: str = "") -> dict[str, str]:
 def setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
     """For configs (by hash) of one task, dataset, model and variant: a short label per hash
     naming the keys whose values differ, such as ``trainer.epochs=10``. Without such labels,
-    runs of different experiments would be averaged as if they were seeds of one."""
+    runs of different experiments would be averaged as if they were seeds of one. ``mhab
+    tune``'s runs are named by their study and trial (its sampled values would fill the label)."""
+    tuned = {h: c["tuning"] for h, c in configs.items() if isinstance((c or {}).get("tuning"), dict)}
+    configs = {h: c for h, c in configs.items() if h not in tuned}
+    return {**{h: f"{'tuned: ' if t.get('role') == 'final' else ''}trial {t.get('trial')} ({t.get('study')})"
+               for h, t in tuned.items()}, **_setting_labels(configs)}
+
+
+def _setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
     if len(configs) < 2:
         return dict.fromkeys(configs, "")
     skip = {*UNHASHED_KEYS, "hydra", "variant"}
@@ -205,7 +213,7 @@ def confidence_interval(values: pd.Series, level: float = 0.95) -> float:
 def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
     """The ok runs, where a forced rerun of the same experiment and seed replaces the earlier
     run instead of counting as another seed."""
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[(frame["status"] == "ok") & (frame["role"] != "trial")]  # a trial has no test metric
     ok = ok.sort_values("run_id", kind="stable")
     return ok.drop_duplicates([*GROUP, "config_hash", "seed"], keep="last")
 
@@ -225,5 +233,11 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_list_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns ``mhab table`` lists each run with."""
-    return [c.name for c in COLUMNS if c.in_run_list and c.name in frame.columns]
+    """The columns ``mhab table`` lists each run with; ``mhab tune``'s three only when a run has
+    them (files keep every column)."""
+    tuned = frame["study"].notna().any() if "study" in frame else False
+    return [c.name for c in COLUMNS if c.in_run_list and c.name in frame.columns
+            and (tuned or c.name not in TUNING_COLUMNS)]
+
+
+TUNING_COLUMNS = ("study", "trial", "role")

@@ -22,8 +22,10 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from bench.records.attention_examples import load_example  # noqa: E402
 from bench.records.columns import COLUMNS  # noqa: E402
 from bench.records.numbers import fmt  # noqa: E402
+from bench.records.record import tuning_role  # noqa: E402
 from bench.records.table import PARAMS_TOLERANCE, aggregate, counted_records, label, to_frame  # noqa: E402
 from bench.report.analysis import (  # noqa: E402
+    ATTENTION,
     attention_distances,
     direction,
     distance_findings,
@@ -40,6 +42,13 @@ from bench.report.analysis import (  # noqa: E402
     time_to_quality,
     time_to_quality_findings,
 )
+from bench.report.tuning import (  # noqa: E402
+    best_settings,
+    expected_max_curves,
+    ordering,
+    trials_table,
+    tuning_cost,
+)
 
 TITLES = dict(
     [
@@ -52,6 +61,7 @@ TITLES = dict(
         ("distance", "How far each head looks"),
         ("attention", "Attention maps"),
         ("samples", "Sample outputs"),
+        ("tuning", "Tuned comparisons"),
         ("claims", "The article's claims against the data"),
     ]
 )
@@ -468,7 +478,7 @@ def shorten(value: object, limit: int = 300) -> str:
 
 def escape_cell(value: object) -> str:
     """A table cell as text that can neither start HTML in the Markdown nor break its table."""
-    return html.escape(str(value)).replace("|", "&#124;").replace("\n", " ").replace("\r", " ")
+    return html.escape(str(value), quote=False).replace("|", "&#124;").replace("\n", " ").replace("\r", " ")
 
 
 # ---------------------------------------------------------------- claims
@@ -479,7 +489,8 @@ CLAIMS = (
 )
 
 
-def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) -> Section:
+def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict],
+                   tuned: pd.DataFrame | None = None) -> Section:
     """The report's front page: the answer first, one table row per claim and place, with its
     verdict and the numbers it rests on; the per-task results follow."""
     s = Section("claims", TITLES["claims"])
@@ -500,16 +511,93 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict]) 
     }
     rows = [(claim, f.where, f.verdict, f.numbers) for claim, findings in by_claim.items() for f in findings]
     s.table(pd.DataFrame(rows, columns=["claim", "where", "verdict", "numbers"]))
+    if tuned is not None and len(tuned):
+        s.text("Attention against the RNNs at the default recipe and after the same tuning for every "
+               "family (`mhab tune`; see Tuned comparisons):")
+        s.table(tuned, text_cells=True)
+    return s
+
+
+# ---------------------------------------------------------------- tuning
+def _verdicts_of(records: list[dict]) -> dict[tuple[str, str], list[str]]:
+    """Each task and dataset's attention-against-baselines verdicts over ``records``."""
+    if not records:
+        return {}
+    agg = aggregate(to_frame(records))
+    return {where: model_verdicts(group) for where, group in agg.groupby(["task", "dataset"])}
+
+
+def tuned_and_default(all_records: list[dict]) -> pd.DataFrame:
+    """Per task and dataset with tuned finals: the default recipe's verdicts beside the tuned
+    ones (the same Welch test and Holm correction, over the finals' seeds)."""
+    finals = [r for r in all_records if tuning_role(r) == "final"]
+    tuned = _verdicts_of(finals)
+    default = _verdicts_of([r for r in all_records if tuning_role(r) is None])
+    rows = [{"where": f"{task}/{dataset}", "default recipe": " ".join(default.get((task, dataset)) or
+                                                                       ["no default-recipe runs"]),
+             "tuned (each family's best trial, its finals)": " ".join(verdicts)}
+            for (task, dataset), verdicts in tuned.items()]
+    return pd.DataFrame(rows)
+
+
+def tuning_section(all_records: list[dict]) -> Section:
+    trials = trials_table(all_records)
+    s = opened("tuning", trials.empty,
+               "No tuning studies: run `mhab tune task=asr model=attention,lstm,gru` (docs/tuning.md).",
+               "Every family searched the same space with the same number of trials and the same "
+               "sampler (`mhab tune`); trials are scored on validation and never tested. The "
+               "expected best validation score of n trials (Dodge et al. 2019, from each study's "
+               "trials as independent draws; band: ± one standard deviation) shows whether an "
+               "ordering holds at every tuning budget. The finals rerun each family's best trial "
+               "with several seeds, on test.")
+    if trials.empty:
+        return s
+    curves = expected_max_curves(trials)
+    for (task, dataset), group in curves.groupby(["task", "dataset"]):
+        metric, higher = group["metric_name"].iloc[0], bool(group["higher_is_better"].iloc[0])
+        fig, (by_n, by_time) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+        for (model, _), curve in group.groupby(["model", "study"]):
+            for ax, x in ((by_n, "n"), (by_time, "wall_min")):
+                ax.plot(curve[x], curve["expected"], marker="o", ms=3, label=model)
+                ax.fill_between(curve[x], curve["expected"] - curve["std"], curve["expected"] + curve["std"],
+                                alpha=0.2)
+        by_n.set_xlabel("trials")
+        by_time.set_xlabel("wall time of the trials (min)")
+        by_n.set_ylabel(f"expected best val {metric} ({direction(higher)})")
+        by_n.legend(fontsize=7)
+        fig.suptitle(f"{task} / {dataset}")
+        s.figure(f"{task} / {dataset}: expected best validation {metric} against trials and wall time.", fig)
+        attention = group[group["model_family"] == ATTENTION]
+        for (a_model, _), a in attention.groupby(["model", "study"]):
+            rivals = group[group["model_family"] != ATTENTION]
+            for (b_model, _), b in rivals.groupby(["model", "study"]):
+                s.text(f"{task} / {dataset}: " + ordering(a, b, a_model, b_model) + ".")
+    s.text("Each study's best trial and the values its trials varied:")
+    s.table(best_settings(trials).drop(columns=["study"]).assign(
+        val=lambda f: f["val"].map(lambda v: fmt(v, 4))), text_cells=True)
+    cost = tuning_cost(trials)
+    s.text("What tuning cost, per study:")
+    s.table(cost.drop(columns=["study"]).assign(wall_min=cost["wall_min"].map(lambda v: fmt(v, 3)))
+            .rename(columns={"wall_min": "wall time (min)"}))
+    side_by_side = tuned_and_default(all_records)
+    if len(side_by_side):
+        s.text("The default recipe's verdict beside the tuned one:")
+        s.table(side_by_side, text_cells=True)
+    else:
+        s.text("No finals yet: they run once every study has its trials (tune.finals=true).")
     return s
 
 
 # ---------------------------------------------------------------- writing
 def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
-    frame = to_frame(all_records)
-    records = counted_records(frame, all_records)
+    # The default-recipe sections read plain runs and tuned finals alike: a final is a run of
+    # its own settings, labelled so. Trials, scored on validation only, appear under tuning.
+    tested = [r for r in all_records if tuning_role(r) != "trial"]
+    frame = to_frame(tested)
+    records = counted_records(frame, tested)
     agg = aggregate(frame)
     return [
-        claims_section(frame, agg, records),
+        claims_section(frame, agg, records, tuned_and_default(all_records)),
         results_section(frame, agg),
         tradeoff_section(agg),
         scaling_section(results_dir, agg),
@@ -519,4 +607,5 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         distance_section(records),
         attention_section(records),
         samples_section(records),
+        tuning_section(all_records),
     ]

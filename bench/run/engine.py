@@ -119,10 +119,11 @@ def _log_progress(epoch: int, epochs: int, done: int, total: int, mean_loss: flo
 def fit(
     task: Task, model: nn.Module, splits: Splits, cfg: DictConfig, device: torch.device,
     run_dir: Path, seed: int, progress: bool = True, log_every_s: float | None = None,
-    logger: RunLogger | None = None,
+    logger: RunLogger | None = None, test: bool = True,
 ) -> dict[str, Any]:
     """Train, select the best-validation checkpoint, evaluate it on test; return measurements
-    (the record's fields from training and from ``bench.run.final``).
+    (the record's fields from training and from ``bench.run.final``). With ``test`` false (a
+    tuning trial) the test split is never read: training's fields and peak memory only.
 
     ``progress`` draws a bar; ``log_every_s`` logs a progress line that often instead, for
     output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
@@ -130,10 +131,12 @@ def fit(
     train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers, cfg.batching,
                                cfg.get("max_tokens"))
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
-    test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     precision = functools.partial(autocast, device, cfg.dtype)
     trained = train(task, model, train_loader, val_loader, cfg, device, run_dir, precision, progress,
                     log_every_s, logger)
+    if not test:
+        return {**trained, "test_metric": None, **measure.peak_memory_mb(device)}
+    test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
     final = measure_final(task, model.eval(), splits, test_loader, device, run_dir, precision,
                           cfg.infer_iters)

@@ -33,20 +33,25 @@ def holder(path: Path) -> str:
         return "another process"
 
 
-@contextlib.contextmanager
-def run_lock(results_dir: str | Path, config_hash: str, seed: int) -> Iterator[str | None]:
+def run_lock(results_dir: str | Path, config_hash: str, seed: int) -> contextlib.AbstractContextManager:
     """Hold the lock of this experiment and seed for the ``with`` block. Yields None when held
     by this process, or who holds it when another process does (the block must then skip)."""
-    path = lock_path(results_dir, config_hash, seed)
+    return file_lock(lock_path(results_dir, config_hash, seed))
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, wait: bool = False) -> Iterator[str | None]:
+    """Hold the exclusive lock of ``path`` for the ``with`` block: yields None when this process
+    holds it, or who holds it when another process does; with ``wait``, waits its turn."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise NotWritable(f"cannot create the run lock {path} ({e.strerror}); pass a writable "
+        raise NotWritable(f"cannot create the lock {path} ({e.strerror}); pass a writable "
                           f"results_dir=PATH") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield holder(path)
             return

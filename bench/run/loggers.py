@@ -55,7 +55,8 @@ class CSVLogger(RunLogger):
         self._rows(step, "val", values)
 
     def finish(self, record: dict[str, Any]) -> None:
-        self._rows(record.get("steps", 0), "test", {"test_metric": record["test_metric"]})
+        if record.get("test_metric") is not None:  # a tuning trial has none
+            self._rows(record.get("steps", 0), "test", {"test_metric": record["test_metric"]})
 
 
 class TensorBoardLogger(RunLogger):
@@ -78,7 +79,8 @@ class TensorBoardLogger(RunLogger):
         self.writer.flush()
 
     def finish(self, record: dict[str, Any]) -> None:
-        metrics = {f"hparam/test_{record['metric_name']}": record["test_metric"],
+        test = record.get("test_metric")  # a tuning trial has none
+        metrics = {f"hparam/test_{record['metric_name']}": math.nan if test is None else test,
                    "hparam/val_metric": record.get("val_metric") or math.nan}
         self.writer.add_hparams(hyper_parameters(record["config"]), metrics, run_name=".")
         self.writer.close()
@@ -111,7 +113,8 @@ class MLflowLogger(RunLogger):
         self.mlflow.log_metrics({f"val_{k}": v for k, v in values.items()}, step=step)
 
     def finish(self, record: dict[str, Any]) -> None:
-        self.mlflow.log_metrics({f"test_{record['metric_name']}": record["test_metric"]})
+        if record.get("test_metric") is not None:  # a tuning trial has none
+            self.mlflow.log_metrics({f"test_{record['metric_name']}": record["test_metric"]})
         self.mlflow.log_artifact(str(self.run_dir / "record.json"))
         self.mlflow.end_run()
 

@@ -12,6 +12,17 @@ from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 
 
 @dataclass
+class TuningTag:
+    """What ``mhab tune`` sets on the runs it starts: its study, the trial's number and the
+    run's role, a ``trial`` (scored on validation, never tested) or a ``final`` (the best
+    trial's settings again with another seed, tested)."""
+
+    study: str
+    trial: Annotated[int, NON_NEGATIVE]
+    role: Literal["trial", "final"]
+
+
+@dataclass
 class RunSettings:
     """The top level of ``conf/config.yaml`` (the groups are checked against their own code)."""
 
@@ -29,6 +40,7 @@ class RunSettings:
     trainer: Any
     suite: Any = None  # {} from suite=none; absent from a suite's runs (a _global_ override)
     claim: Any = None
+    tuning: TuningTag | None = None  # set by mhab tune; a plain run has none
 
 
 @dataclass

@@ -1,0 +1,232 @@
+"""Running a plan: trials through Optuna's ask-and-tell interface, each an ordinary run
+(``bench.experiment``) scored on validation, then the finals.
+
+Crash safety: a worker claims a trial under the plan's lock and holds the trial's own lock
+(``fcntl``, released by the kernel however its holder ends) while the trial runs. A trial
+still RUNNING in the storage whose lock nobody holds lost its worker (``kill -9``, a power
+cut): the next worker marks it failed, or complete when its run record was written before
+the worker died. So a rerun of the same command completes each study to exactly
+``tune.trials`` finished trials, none counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.samplers import BaseSampler, RandomSampler, TPESampler
+from optuna.trial import Trial, TrialState
+
+from bench.errors import BenchError, RunFailed
+from bench.records import record
+from bench.run.lock import file_lock
+from bench.setup.compose import compose_config
+from bench.tune.plan import Family, Plan, trial_overrides
+
+log = logging.getLogger(__name__)
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's, as mhab run logs
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trials' own lines say what happens
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An RDB storage for a URL, Optuna's journal file for a ``.log`` path."""
+    if "://" not in url:
+        from optuna.storages.journal import JournalFileBackend
+
+        Path(url).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(Path(url).expanduser())))
+    if url.startswith("sqlite:///"):  # the default: a file under the results dir
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return optuna.storages.RDBStorage(url)
+    except Exception as e:  # noqa: BLE001 - a wrong URL, a missing driver, a server that is down
+        reason = " ".join(str(e).split())[:200]
+        raise BenchError(f"cannot open tune.storage={url} ({type(e).__name__}: {reason})") from None
+
+
+def open_studies(plan: Plan, storage: optuna.storages.BaseStorage) -> dict[str, optuna.Study]:
+    return {f.model: optuna.create_study(
+        study_name=f.study, storage=storage, load_if_exists=True, sampler=make_sampler(plan, 0),
+        direction="maximize" if f.higher_is_better else "minimize") for f in plan.families}
+
+
+def make_sampler(plan: Plan, number: int) -> BaseSampler:
+    if plan.settings.sampler == "tpe":
+        return TPESampler(seed=plan.settings.seed)
+    # One random sampler per trial, seeded by the trial's number: a resumed or parallel study
+    # draws what an uninterrupted one would (a shared sampler's generator restarts with each
+    # process), and every family's trial n tries the same values of the keys they share.
+    return RandomSampler(seed=plan.settings.seed * 1_000_003 + number)
+
+
+def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(key, dist.choices)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def trial_lock(plan: Plan, study: str, number: int) -> Path:
+    return Path(plan.results_dir) / "locks" / f"tune-{study}-t{number}.lock"
+
+
+def counts(study: optuna.Study) -> dict[TrialState, int]:
+    found = {state: 0 for state in TrialState}
+    for t in study.get_trials(deepcopy=False):
+        found[t.state] += 1
+    return found
+
+
+def reap(plan: Plan, family: Family, study: optuna.Study) -> None:
+    """Finish the trials of ``study`` whose worker died: complete when their record was
+    written (the worker died before telling), failed otherwise."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        with file_lock(trial_lock(plan, family.study, t.number)) as other:
+            if other is not None:
+                continue  # its worker is alive
+            hash_, seed = t.user_attrs.get("config_hash"), t.user_attrs.get("seed")
+            done = record.find_ok_record(plan.results_dir, hash_, seed, t.user_attrs.get("data")) \
+                if hash_ is not None else None
+            if done is not None:
+                study.tell(t.number, done["val_metric"], skip_if_finished=True)
+                continue
+            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+            log.warning("tune %s: trial %d lost its worker (killed?); marked failed", family.study, t.number)
+
+
+def claim(plan: Plan, studies: dict[str, optuna.Study]) -> tuple[Family, Trial] | None:
+    """The next trial to run, of the family with the fewest finished and running trials (so
+    families advance together), or None when every study has all its trials. Under the plan's
+    lock: two workers never both take the last trial."""
+    lock = Path(plan.results_dir) / "locks" / f"tune-{plan.families[0].study}.plan.lock"
+    with file_lock(lock, wait=True):
+        open_families = []
+        for family in plan.families:
+            study = studies[family.model]
+            reap(plan, family, study)
+            n = counts(study)
+            taken = n[TrialState.COMPLETE] + n[TrialState.RUNNING]
+            if taken < plan.settings.trials and n[TrialState.FAIL] < plan.max_failed:
+                open_families.append((taken, family))
+        if not open_families:
+            return None
+        family = min(open_families, key=lambda pair: pair[0])[1]
+        study = studies[family.model]
+        trial = study.ask()
+        return family, trial
+
+
+def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> None:
+    """One trial: sample, run (validation only), tell. A run that fails is a failed trial;
+    a user mistake (BenchError) or Ctrl-C fails the trial and stops the worker."""
+    from bench.experiment import run_experiment
+
+    with file_lock(trial_lock(plan, family.study, trial.number)) as other:
+        assert other is None, "a trial just asked is nobody else's"
+        if plan.settings.sampler == "random":
+            study.sampler = make_sampler(plan, trial.number)
+        params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
+        cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
+        trial.set_user_attr("config_hash", record.config_hash(cfg))
+        trial.set_user_attr("seed", int(cfg.seed))
+        started = time.time()
+        try:
+            rec = run_experiment(cfg)
+        except RunFailed as e:
+            trial.set_user_attr("error", str(e))
+            study.tell(trial, state=TrialState.FAIL)
+            log.warning("tune %s: trial %d failed (%s); the study goes on", family.study, trial.number, e)
+            return
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        trial.set_user_attr("wall_s", time.time() - started)
+        study.tell(trial, rec["val_metric"])
+    progress(plan, family, study, trial.number, rec["val_metric"])
+
+
+def progress(plan: Plan, family: Family, study: optuna.Study, number: int, value: float) -> None:
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    failed = sum(t.state == TrialState.FAIL for t in trials)
+    walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
+    left = max(0, plan.settings.trials - len(done))
+    eta = f"about {math.ceil(left * sum(walls) / len(walls) / plan.settings.jobs / 60)} min left" \
+        if walls else "time left unknown"
+    log.info("tune %s: trial %d of %d done, val %s %.4g (best %.4g, trial %d)%s; %s", family.study,
+             len(done), plan.settings.trials, family.metric_name, value, study.best_value,
+             study.best_trial.number, f", {failed} failed" if failed else "", eta)
+
+
+def work(plan: Plan) -> None:
+    """One worker: claim and run trials until every study has its trials."""
+    if not logging.getLogger().handlers:  # a joblib worker process: say what it does, as the parent
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    studies = open_studies(plan, open_storage(plan.storage))
+    while (claimed := claim(plan, studies)) is not None:
+        family, trial = claimed
+        run_trial(plan, family, studies[family.model], trial)
+
+
+def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
+    """Each family's best trial again with seeds 0..tune.seeds-1, on test; their records. A
+    study with trials still running elsewhere gets its finals from a later run of the command."""
+    from bench.experiment import run_experiment
+
+    studies = open_studies(plan, open_storage(plan.storage))
+    out = {}
+    for family in plan.families:
+        study, n = studies[family.model], counts(studies[family.model])
+        if n[TrialState.COMPLETE] < plan.settings.trials:
+            log.warning("tune %s: %d of %d trials finished (%d running elsewhere); its finals start "
+                        "when all have: run the same command again then", family.study,
+                        n[TrialState.COMPLETE], plan.settings.trials, n[TrialState.RUNNING])
+            continue
+        best = study.best_trial
+        log.info("tune %s: best trial %d (val %s %.4g): %s; finals with seeds 0..%d", family.study,
+                 best.number, family.metric_name, best.value,
+                 ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in best.params.items()),
+                 plan.settings.seeds - 1)
+        out[family.model] = []
+        for seed in range(plan.settings.seeds):
+            overrides = [*trial_overrides(family, best.params, best.number, "final"), f"seed={seed}"]
+            out[family.model].append(run_experiment(compose_config("config", overrides, "tune")))
+    return out
+
+
+def failed_families(plan: Plan) -> list[str]:
+    """The families whose study stopped at ``tune.max_failed`` failed trials, in words."""
+    studies = open_studies(plan, open_storage(plan.storage))
+    out = []
+    for family in plan.families:
+        study = studies[family.model]
+        n = counts(study)
+        if n[TrialState.COMPLETE] < plan.settings.trials and n[TrialState.FAIL] >= plan.max_failed:
+            first = next(t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL)
+            out.append(f"{family.model}: {n[TrialState.FAIL]} trials failed (first: "
+                       f"{first.user_attrs.get('error', 'its worker stopped before it finished')})")
+    return out
+
+
+def run_tune(plan: Plan) -> dict[str, list[dict[str, Any]]]:
+    """The whole command: trials on ``tune.jobs`` workers, then the finals; the finals'
+    records by model."""
+    if plan.settings.jobs == 1:
+        work(plan)
+    else:
+        from joblib import Parallel, delayed
+
+        workers = range(plan.settings.jobs)
+        Parallel(n_jobs=plan.settings.jobs, backend="loky")(delayed(work)(plan) for _ in workers)
+    if failures := failed_families(plan):
+        raise RunFailed(f"tuning stopped for {'; '.join(failures)}; raise tune.max_failed or fix the "
+                        f"cause, then run the same command again")
+    return finals(plan) if plan.settings.finals else {}
+

@@ -1,0 +1,146 @@
+"""mhab tune: the same search for every family, trials that never read the test split, finals
+on test, a failed trial that does not stop the study, a kill -9 that a rerun completes, and
+the expected-maximum estimator against hand-computed values."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from bench import api
+from bench.report.tuning import expected_max, ordering
+from tests.conftest import ROOT, read_records, run_cli
+
+TINY = ["task=image", "task.dataset=digits", "trainer.max_steps=6", "trainer.infer_iters=1",
+        "model.dim=16", "model.depth=1", "logger=none", "progress=false"]
+
+
+def test_expected_max_matches_hand_computed_values():
+    scores = [0.5, 0.1, 0.9]  # sorted: 0.1, 0.5, 0.9
+    assert expected_max(scores, 1)[0] == pytest.approx(0.5)  # one draw: the mean
+    # n = 2: weights (1/3)^2 = 1/9, (2/3)^2 - 1/9 = 3/9, 1 - 4/9 = 5/9
+    assert expected_max(scores, 2)[0] == pytest.approx((0.1 * 1 + 0.5 * 3 + 0.9 * 5) / 9)
+    lower = expected_max(scores, 2, higher_is_better=False)[0]
+    assert lower == pytest.approx((0.9 * 1 + 0.5 * 3 + 0.1 * 5) / 9)
+    mean, std = expected_max(scores, 1)
+    assert std == pytest.approx(pd.Series(scores).std(ddof=0))  # one draw: the scores' own spread
+    assert expected_max(scores, 200)[0] == pytest.approx(0.9, abs=1e-6)  # many draws: the best
+    assert expected_max(scores, 200)[1] == pytest.approx(0.0, abs=1e-3)
+
+
+def _curve(values: list[float], higher: bool = True) -> pd.DataFrame:
+    return pd.DataFrame({"n": range(1, len(values) + 1), "expected": values, "higher_is_better": higher})
+
+
+def test_ordering_says_over_which_budgets_one_family_leads():
+    assert ordering(_curve([0.5, 0.6, 0.7]), _curve([0.4, 0.5, 0.6]), "attention", "gru") == \
+        "attention ahead of gru at every budget from 1 to 3 trials"
+    assert ordering(_curve([0.4, 0.6, 0.7]), _curve([0.5, 0.55, 0.6]), "attention", "gru").startswith(
+        "attention ahead from 2 trials on (the curves cross at about 2 trials): no budget-free verdict")
+    wer = ordering(_curve([0.1, 0.08], higher=False), _curve([0.2, 0.1], higher=False), "attention", "lstm")
+    assert wer == "attention ahead of lstm at every budget from 1 to 2 trials"  # lower WER leads
+
+
+def _study_counts(results_dir: Path) -> dict[str, dict[str, int]]:
+    storage = f"sqlite:///{results_dir.resolve() / 'tuning' / 'optuna.db'}"
+    out = {}
+    for summary in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        states = [t.state.name for t in study.get_trials(deepcopy=False)]
+        out[summary.study_name] = {state: states.count(state) for state in set(states)}
+    return out
+
+
+@pytest.mark.slow
+def test_every_family_gets_the_same_trials_and_only_finals_see_the_test(tmp_path):
+    finals = api.tune([*TINY, "model=attention,gru", "tune.trials=3", "tune.seeds=2",
+                       f"results_dir={tmp_path}"])
+    assert sorted(finals) == ["attention", "gru"]
+    records = read_records(tmp_path)
+    trials = [r for r in records if r.get("tuning", {}).get("role") == "trial"]
+    assert sorted((r["model"], r["tuning"]["trial"]) for r in trials) == [
+        ("attention", 0), ("attention", 1), ("attention", 2), ("gru", 0), ("gru", 1), ("gru", 2)]
+    for rec in trials:  # validation only: the test split is never read
+        assert rec["status"] == "ok" and rec["test_metric"] is None and "test_details" not in rec
+        assert 0 <= rec["val_metric"] <= 1
+    # the same draw of the shared keys for every family's trial n (common random numbers)
+    by_trial = {(r["model"], r["tuning"]["trial"]): r["config"]["trainer"] for r in trials}
+    for n in range(3):
+        assert by_trial[("attention", n)]["lr"] == by_trial[("gru", n)]["lr"]
+    assert len({by_trial[("attention", n)]["lr"] for n in range(3)}) == 3
+    for model, runs in finals.items():
+        assert [r["seed"] for r in runs] == [0, 1] and all(r["tuning"]["role"] == "final" for r in runs)
+        best = max((r for r in trials if r["model"] == model), key=lambda r: r["val_metric"])
+        assert {r["tuning"]["trial"] for r in runs} == {best["tuning"]["trial"]}
+        assert runs[0]["config"]["trainer"] == best["config"]["trainer"]
+        assert all(0 <= r["test_metric"] <= 1 for r in runs)
+    frame = api.table(tmp_path)
+    assert set(frame["role"]) == {"trial", "final"} and frame["study"].notna().all()
+    from bench.records.table import aggregate
+
+    agg = aggregate(frame)  # trials, untested, are left out of the aggregate
+    assert sorted(agg["model"]) == ["attention", "gru"] and (agg["seeds"] == 2).all()
+    report = api.report(tmp_path).read_text()
+    section = report.split("## Tuned comparisons")[1]
+    assert "image / digits: attention" in section and ("every budget" in section or "cross" in section)
+    assert "The default recipe's verdict beside the tuned one" in section
+    assert "Attention against the RNNs at the default recipe and after the same tuning" in report
+    again = api.tune([*TINY, "model=attention,gru", "tune.trials=3", "tune.seeds=2",
+                      f"results_dir={tmp_path}"])
+    assert all(r.get("skipped") for runs in again.values() for r in runs)  # nothing run twice
+    assert len(read_records(tmp_path)) == len(records)
+
+
+@pytest.mark.slow
+def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, monkeypatch):
+    from bench.run import engine
+
+    real, calls = engine.fit, []
+
+    def fail_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first trial's model blew up")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "fit", fail_first)
+    api.tune([*TINY, "model=gru", "tune.trials=2", "tune.finals=false", f"results_dir={tmp_path}"])
+    (counts,) = _study_counts(tmp_path).values()
+    assert counts == {"COMPLETE": 2, "FAIL": 1}
+    records = read_records(tmp_path)
+    failed = [r for r in records if r["status"] == "failed"]
+    assert len(failed) == 1 and "blew up" in failed[0]["error"] and failed[0]["tuning"]["trial"] == 0
+    assert sorted(r["tuning"]["trial"] for r in records if r["status"] == "ok") == [1, 2]
+
+
+@pytest.mark.slow
+def test_kill_9_mid_trial_then_the_same_command_completes_each_study_exactly(tmp_path):
+    args = [*TINY, "trainer.max_steps=60", "model=attention,gru", "tune.trials=3", "tune.finals=false",
+            f"results_dir={tmp_path}"]
+    env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path / "c")}
+    tune = subprocess.Popen([sys.executable, "-m", "bench", "tune", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and tune.poll() is None:  # wait for trial 2 to be under way
+        runs = list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else []
+        if len(runs) >= 3 and sum((r / "record.json").exists() for r in runs) < len(runs):
+            break
+        time.sleep(0.05)
+    assert tune.poll() is None, "the tune finished before it could be killed"
+    os.killpg(tune.pid, signal.SIGKILL)
+    tune.wait()
+    out = run_cli("tune", *args, env={"BENCH_CACHE_DIR": str(tmp_path / "c")})
+    assert out.returncode == 0, out.stderr
+    counts = _study_counts(tmp_path)
+    assert sorted(c.get("COMPLETE") for c in counts.values()) == [3, 3]
+    assert sum(c.get("FAIL", 0) for c in counts.values()) <= 1  # the killed trial, unless it was told
+    assert not any(c.get("RUNNING") for c in counts.values())
+    ok_trials = [r for r in read_records(tmp_path) if r["status"] == "ok"]
+    per_study = pd.Series([r["tuning"]["study"] for r in ok_trials]).value_counts()
+    assert sorted(per_study) == [3, 3]  # none counted twice
