@@ -110,6 +110,19 @@ def jsonl_folder(files: dict[str, str]):
     return setup
 
 
+TUNE = ["tune", "task=image", "task.dataset=digits", "model=attention,gru"]
+OUTSIDE = Path(__file__).parent / "outside"
+
+
+def search_space(shared: str):
+    """A search space for the image task in a folder on hydra.searchpath, with ``shared``."""
+    def setup(tmp: Path) -> list[str]:
+        (tmp / "my_conf" / "search").mkdir(parents=True)
+        (tmp / "my_conf" / "search" / "image.yaml").write_text(f"shared:\n  {shared}\n")
+        return [f"hydra.searchpath=[file://{tmp / 'my_conf'}]"]
+    return setup
+
+
 JSONL = ["run", "task=summarization", "task.dataset=jsonl", "trainer.max_steps=2", "trainer.infer_iters=1"]
 GOOD_LINE = '{"document": "a document", "summary": "its summary"}\n'
 
@@ -443,6 +456,23 @@ CATALOGUE: dict[str, Case] = {
         [*ASR_FOLDER, "task.units=char"], "holds '|', the word separator of task.units=char",
         setup=audiofolder("file_name,transcription,split\na.wav,one,train\nb.wav,a|b,train\n"
                           "c.wav,one,test\n", TONES)),
+    "tune-trials-zero": Case([*TUNE, "tune.trials=0"], "tune.trials must be >= 1, got 0"),
+    "tune-unknown-sampler": Case([*TUNE, "tune.sampler=grid"], "tune.sampler must be one of random, tpe"),
+    "tune-sweep-other-than-model": Case([*TUNE, "seed=0,1"], "mhab tune sweeps only model="),
+    "tune-model-named-twice": Case([*TUNE, "model=gru,gru"], "names a model twice"),
+    "tune-storage-not-a-url": Case([*TUNE, "tune.storage=mydb"], "is neither a database URL"),
+    "tune-no-search-space": Case(["tune", "task=majority", "model=gru", f"hydra.searchpath=[file://{OUTSIDE}/conf]"],
+                                 "no search space for task 'majority'", env={"PYTHONPATH": str(OUTSIDE)}),
+    "tune-space-unknown-key": Case(TUNE, "unknown config key 'trainer.learning_rate'",
+                                   setup=search_space("trainer.learning_rate: {low: 1.0e-4, high: 1.0e-3}")),
+    "tune-space-empty-range": Case(TUNE, "the range 0.01..0.001 is empty",
+                                   setup=search_space("trainer.lr: {low: 0.01, high: 0.001}")),
+    "tune-space-outside-a-settings-range": Case(TUNE, "model.dropout must be",
+                                                setup=search_space("model.dropout: {low: 0.0, high: 1.5}")),
+    "tune-space-log-from-zero": Case(TUNE, "a log range needs low > 0", setup=search_space(
+        "trainer.weight_decay: {low: 0, high: 1, log: true}")),
+    "tune-space-malformed": Case(TUNE, "must be {low: A, high: B} or {choices: [...]}",
+                                 setup=search_space("trainer.lr: 0.001")),
     "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
     "speed-nothing-to-time": Case(["speed", "attention.enabled=false", "tasks.names=[]"],
                                   "tasks.names is empty, so tasks would measure nothing"),

@@ -144,3 +144,18 @@ def test_kill_9_mid_trial_then_the_same_command_completes_each_study_exactly(tmp
     ok_trials = [r for r in read_records(tmp_path) if r["status"] == "ok"]
     per_study = pd.Series([r["tuning"]["study"] for r in ok_trials]).value_counts()
     assert sorted(per_study) == [3, 3]  # none counted twice
+
+
+@pytest.mark.parametrize("task", ["image", "speech", "asr", "translation", "summarization", "recall"])
+def test_every_shipped_search_space_holds_for_every_family(task, tmp_path):
+    from bench.tune.plan import make_plan
+
+    plan = make_plan([f"task={task}", "model=attention,lstm,gru", f"results_dir={tmp_path}"])
+    spaces = {f.model: f.space for f in plan.families}
+    shared = set(spaces["lstm"])
+    assert shared and shared == set(spaces["gru"]) and shared <= set(spaces["attention"])
+    for key in shared:  # the same range for the keys every family has
+        assert spaces["attention"][key] == spaces["lstm"][key]
+    assert not any(key.startswith("model.") and key.split(".")[1] in ("dim", "depth", "num_heads")
+                   for space in spaces.values() for key in space)  # tuning never buys parameters
+    assert not (tmp_path / "tuning").exists()  # a plan writes nothing
