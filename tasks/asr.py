@@ -3,8 +3,9 @@
 Datasets:
 - ``fsdd_strings`` (data root): connected digit strings built from FSDD recordings, each
   utterance one speaker's recordings joined by random gaps of silence, with a little noise.
-  Train and validation utterances use recordings 5-49 only, test utterances 0-4 only (FSDD's
-  official split), or with ``split=speaker`` one speaker only. A derived set with no
+  Test utterances use recordings 0-4 only (FSDD's official split), validation utterances
+  recordings 5-9 and training utterances 10-49, so validation is as disjoint from training as
+  the test is, or with ``split=speaker`` one speaker only. A derived set with no
   published baseline: concatenated clips have no coarticulation between digits.
 - ``synth_strings`` (offline): whole digit strings spoken by espeak-ng in many voices, rates
   and pitches, so digits do run into each other.
@@ -120,18 +121,23 @@ class FsddStrings(UtteranceSource):
                                          t.log_mel.sample_rate, t.snr_db, rng)
                 yield split, " ".join(DIGIT_WORDS[d] for d in digits), wave, t.log_mel.sample_rate
 
+    def data_fingerprint(self) -> str | None:
+        """The split rule: runs on the strings of the earlier rule (validation drawn from the
+        training recordings) are other experiments, never resumed or averaged with these."""
+        return FSDD_STRINGS_RULE
+
     def fingerprint(self) -> dict:
         t = self.task
-        return {"fsdd": fsdd_fingerprint(t.data_dir, t.dataset), "sizes": t.sizes,
+        return {"fsdd": fsdd_fingerprint(t.data_dir, t.dataset), "rule": FSDD_STRINGS_RULE, "sizes": t.sizes,
                 "words": [t.min_words, t.max_words], "gap_ms": t.gap_ms, "snr_db": t.snr_db,
                 "seed": t.synth_seed, "split": t.split, "holdout_speaker": t.holdout_speaker}
 
     def split_rule(self) -> str:
         if self.task.split == "speaker":
-            return (f"test: strings of speaker {self.task.holdout_speaker}'s recordings; train and "
-                    f"validation: strings of the other speakers' recordings")
-        return ("test: strings of recordings 0-4 (FSDD's official split); train and validation: "
-                "strings of recordings 5-49, so no recording is in two splits")
+            return (f"test: strings of speaker {self.task.holdout_speaker}'s recordings; validation: of "
+                    f"the other speakers' recordings 5-9; train: of their others")
+        return ("test: strings of recordings 0-4 (FSDD's official split); validation: of recordings "
+                "5-9; train: of recordings 10-49, so no recording is in two splits")
 
 
 class SynthStrings(UtteranceSource):
@@ -389,10 +395,15 @@ def ctc_loss(log_probs: Tensor, steps: Tensor, targets: Tensor, target_lengths: 
                       reduction=reduction, zero_infinity=True)
 
 
+# How fsdd_strings splits its recordings; part of its records' data fingerprint.
+FSDD_STRINGS_RULE = "test 0-4, validation 5-9, train 10-49"
+
+
 def fsdd_pools(meta: dict[str, list], split: str, holdout_speaker: str | None) -> dict[str, dict]:
     """The recordings each split may draw from, as ``{speaker: {digit: [recording number]}}``:
-    train and validation from recordings 5-49, test from 0-4 (or, by speaker, test from the
-    held-out speaker and the rest from the others)."""
+    test from recordings 0-4 (or, by speaker, the held-out speaker's), validation from 5-9 of
+    the rest and train from the others, as the isolated-digit task splits them. Validation that
+    shared recordings with training would reward remembering recordings, which the test cannot."""
     speakers = sorted(set(meta["speaker"]))
     if split == "speaker" and holdout_speaker not in speakers:
         raise BenchError(f"unknown speaker '{holdout_speaker}'; choose one of {', '.join(speakers)}")
@@ -400,8 +411,8 @@ def fsdd_pools(meta: dict[str, list], split: str, holdout_speaker: str | None) -
     recordings = zip(meta["digit"], meta["speaker"], meta["index"], strict=True)
     for n, (digit, speaker, index) in enumerate(recordings):
         held = speaker == holdout_speaker if split == "speaker" else index < 5
-        for name in (("test",) if held else ("train", "val")):
-            pools[name].setdefault(speaker, {}).setdefault(digit, []).append(n)
+        name = "test" if held else "val" if 5 <= index < 10 else "train"
+        pools[name].setdefault(speaker, {}).setdefault(digit, []).append(n)
     return pools
 
 

@@ -103,11 +103,14 @@ def test_fsdd_strings_put_no_recording_in_two_splits():
             assert 1 <= len(digits) <= 7
             used[split].update(chosen)
     assert {meta["index"][i] for i in used["test"]} <= set(range(5))
-    assert min(meta["index"][i] for i in used["train"] | used["val"]) >= 5
-    assert not used["test"] & (used["train"] | used["val"])
+    assert {meta["index"][i] for i in used["val"]} <= set(range(5, 10))
+    assert min(meta["index"][i] for i in used["train"]) >= 10
+    assert not used["test"] & (used["train"] | used["val"]) and not used["val"] & used["train"]
 
     by_speaker = fsdd_pools(meta, "speaker", "bob")
     assert set(by_speaker["test"]) == {"bob"} and set(by_speaker["train"]) == {"amy"}
+    amy = by_speaker["val"]["amy"]
+    assert all(5 <= meta["index"][i] < 10 for recordings in amy.values() for i in recordings)
 
 
 def test_fsdd_strings_are_the_same_for_the_same_seed():

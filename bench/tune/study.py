@@ -11,6 +11,7 @@ the worker died. So a rerun of the same command completes each study to exactly
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -100,10 +101,12 @@ def reap(plan: Plan, family: Family, study: optuna.Study) -> None:
             log.warning("tune %s: trial %d lost its worker (killed?); marked failed", family.study, t.number)
 
 
-def claim(plan: Plan, studies: dict[str, optuna.Study]) -> tuple[Family, Trial] | None:
+def claim(plan: Plan, studies: dict[str, optuna.Study],
+          held: contextlib.ExitStack) -> tuple[Family, Trial] | None:
     """The next trial to run, of the family with the fewest finished and running trials (so
     families advance together), or None when every study has all its trials. Under the plan's
-    lock: two workers never both take the last trial."""
+    lock: two workers never both take the last trial; the trial's own lock is taken before the
+    plan's is let go (and held in ``held``), so no other worker takes it for an orphan."""
     lock = Path(plan.results_dir) / "locks" / f"tune-{plan.families[0].study}.plan.lock"
     with file_lock(lock, wait=True):
         open_families = []
@@ -119,35 +122,36 @@ def claim(plan: Plan, studies: dict[str, optuna.Study]) -> tuple[Family, Trial] 
         family = min(open_families, key=lambda pair: pair[0])[1]
         study = studies[family.model]
         trial = study.ask()
+        other = held.enter_context(file_lock(trial_lock(plan, family.study, trial.number)))
+        assert other is None, "a trial just asked is nobody else's"
         return family, trial
 
 
 def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> None:
-    """One trial: sample, run (validation only), tell. A run that fails is a failed trial;
-    a user mistake (BenchError) or Ctrl-C fails the trial and stops the worker."""
+    """One trial (its lock held by the caller): sample, run (validation only), tell. A run that
+    fails is a failed trial; a user mistake (BenchError) or Ctrl-C fails the trial and stops
+    the worker."""
     from bench.experiment import run_experiment
 
-    with file_lock(trial_lock(plan, family.study, trial.number)) as other:
-        assert other is None, "a trial just asked is nobody else's"
-        if plan.settings.sampler == "random":
-            study.sampler = make_sampler(plan, trial.number)
-        params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
-        cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
-        trial.set_user_attr("config_hash", record.config_hash(cfg))
-        trial.set_user_attr("seed", int(cfg.seed))
-        started = time.time()
-        try:
-            rec = run_experiment(cfg)
-        except RunFailed as e:
-            trial.set_user_attr("error", str(e))
-            study.tell(trial, state=TrialState.FAIL)
-            log.warning("tune %s: trial %d failed (%s); the study goes on", family.study, trial.number, e)
-            return
-        except BaseException:
-            study.tell(trial, state=TrialState.FAIL)
-            raise
-        trial.set_user_attr("wall_s", time.time() - started)
-        study.tell(trial, rec["val_metric"])
+    if plan.settings.sampler == "random":
+        study.sampler = make_sampler(plan, trial.number)
+    params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
+    cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
+    trial.set_user_attr("config_hash", record.config_hash(cfg))
+    trial.set_user_attr("seed", int(cfg.seed))
+    started = time.time()
+    try:
+        rec = run_experiment(cfg)
+    except RunFailed as e:
+        trial.set_user_attr("error", str(e))
+        study.tell(trial, state=TrialState.FAIL)
+        log.warning("tune %s: trial %d failed (%s); the study goes on", family.study, trial.number, e)
+        return
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    trial.set_user_attr("wall_s", time.time() - started)
+    study.tell(trial, rec["val_metric"])
     progress(plan, family, study, trial.number, rec["val_metric"])
 
 
@@ -157,8 +161,9 @@ def progress(plan: Plan, family: Family, study: optuna.Study, number: int, value
     failed = sum(t.state == TrialState.FAIL for t in trials)
     walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
     left = max(0, plan.settings.trials - len(done))
-    eta = f"about {math.ceil(left * sum(walls) / len(walls) / plan.settings.jobs / 60)} min left" \
-        if walls else "time left unknown"
+    eta = "its last trial" if not left else \
+        f"about {math.ceil(left * sum(walls) / len(walls) / plan.settings.jobs / 60)} min left" if walls \
+        else "time left unknown"
     log.info("tune %s: trial %d of %d done, val %s %.4g (best %.4g, trial %d)%s; %s", family.study,
              len(done), plan.settings.trials, family.metric_name, value, study.best_value,
              study.best_trial.number, f", {failed} failed" if failed else "", eta)
@@ -169,18 +174,28 @@ def work(plan: Plan) -> None:
     if not logging.getLogger().handlers:  # a joblib worker process: say what it does, as the parent
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     studies = open_studies(plan, open_storage(plan.storage))
-    while (claimed := claim(plan, studies)) is not None:
-        family, trial = claimed
-        run_trial(plan, family, studies[family.model], trial)
+    while True:
+        with contextlib.ExitStack() as held:  # the claimed trial's lock, until it is told
+            if (claimed := claim(plan, studies, held)) is None:
+                return
+            family, trial = claimed
+            run_trial(plan, family, studies[family.model], trial)
+
+
+def final_run(overrides: list[str]) -> dict[str, Any]:
+    from bench.experiment import run_experiment
+
+    if not logging.getLogger().handlers:  # a joblib worker process
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    return run_experiment(compose_config("config", overrides, "tune"))
 
 
 def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
-    """Each family's best trial again with seeds 0..tune.seeds-1, on test; their records. A
-    study with trials still running elsewhere gets its finals from a later run of the command."""
-    from bench.experiment import run_experiment
-
+    """Each family's best trial again with seeds 0..tune.seeds-1, on test (on ``tune.jobs``
+    workers); their records. A study with trials still running elsewhere gets its finals from
+    a later run of the command."""
     studies = open_studies(plan, open_storage(plan.storage))
-    out = {}
+    runs: list[tuple[str, list[str]]] = []
     for family in plan.families:
         study, n = studies[family.model], counts(studies[family.model])
         if n[TrialState.COMPLETE] < plan.settings.trials:
@@ -194,10 +209,18 @@ def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
                  ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in best.params.items()),
                  plan.settings.seeds - 1)
-        out[family.model] = []
-        for seed in range(plan.settings.seeds):
-            overrides = [*trial_overrides(family, best.params, best.number, "final"), f"seed={seed}"]
-            out[family.model].append(run_experiment(compose_config("config", overrides, "tune")))
+        runs += [(family.model, [*trial_overrides(family, best.params, best.number, "final"), f"seed={seed}"])
+                 for seed in range(plan.settings.seeds)]
+    if plan.settings.jobs == 1:
+        records = [final_run(overrides) for _, overrides in runs]
+    else:
+        from joblib import Parallel, delayed
+
+        records = Parallel(n_jobs=plan.settings.jobs, backend="loky")(
+            delayed(final_run)(overrides) for _, overrides in runs)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (model, _), rec in zip(runs, records, strict=True):
+        out.setdefault(model, []).append(rec)
     return out
 
 
@@ -218,6 +241,7 @@ def failed_families(plan: Plan) -> list[str]:
 def run_tune(plan: Plan) -> dict[str, list[dict[str, Any]]]:
     """The whole command: trials on ``tune.jobs`` workers, then the finals; the finals'
     records by model."""
+    open_studies(plan, open_storage(plan.storage))  # the storage's tables and studies, made once
     if plan.settings.jobs == 1:
         work(plan)
     else:
