@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from bench.data.audio import LogMel, fsdd_fingerprint, read_fsdd
 from bench.data.audiofolder import audiofolder_fingerprint, read_audiofolder
 from bench.data.cache import cached
-from bench.data.files import cache_path
+from bench.data.files import cache_path, rule_fingerprint
 from bench.data.speech_synth import DIGIT_WORDS
 from bench.errors import BenchError
 from bench.records.attention_examples import TimeAttentionExample
@@ -124,7 +124,7 @@ class FsddStrings(UtteranceSource):
     def data_fingerprint(self) -> str | None:
         """The split rule: runs on the strings of the earlier rule (validation drawn from the
         training recordings) are other experiments, never resumed or averaged with these."""
-        return FSDD_STRINGS_RULE
+        return rule_fingerprint(FSDD_STRINGS_RULE)
 
     def fingerprint(self) -> dict:
         t = self.task

@@ -18,11 +18,11 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from bench.data.files import data_root, files_fingerprint, verify_files
+from bench.data.files import data_root, files_fingerprint, rule_fingerprint, verify_files
 from bench.errors import BenchError
 from bench.task import SPLITS, split_sizes
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
-from tasks.text_pairs import TextPairs, TextPairTask
+from tasks.text_pairs import DISJOINT_RULE, TextPairs, TextPairTask
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 AESLC_SPLITS = {"train": "train", "val": "dev", "test": "test"}
@@ -96,11 +96,14 @@ class SummarizationTask(TextPairTask):
     def _read_reports(self) -> dict[str, TextPairs]:
         return incident_reports(self.reports_sizes, self.reports_seed)
 
+    def reads_files(self) -> bool:
+        return self.dataset != "reports"  # the incident reports are generated, each split apart
+
     def data_fingerprint(self) -> str | None:
         if self.dataset != "jsonl" or not self.root:
-            return None
+            return super().data_fingerprint()
         files = [Path(self.root).expanduser() / f"{name}.jsonl" for name in ("train", "validation", "test")]
-        return files_fingerprint([f for f in files if f.is_file()])
+        return rule_fingerprint(files_fingerprint([f for f in files if f.is_file()]), DISJOINT_RULE)
 
     def _read_jsonl(self) -> dict[str, TextPairs]:
         root = Path(self.root)

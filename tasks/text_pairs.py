@@ -26,7 +26,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from bench.data.cache import discard, is_intact, store
-from bench.data.files import cache_path
+from bench.data.files import cache_path, rule_fingerprint
 from bench.errors import BenchError
 from bench.records.attention_examples import CrossAttentionExample
 from bench.task import Batch, BatchDataset, Splits, Task, metric_by_length
@@ -48,6 +48,27 @@ class TextPairs:
     def __post_init__(self) -> None:
         if self.references is None:
             self.references = [[t] for t in self.targets]
+
+
+# Official splits can share sources (AESLC's validation and test share 109 emails): the test
+# split stays as published; validation loses the pairs whose source is in the test, and
+# training those whose source is in the test or validation. Records of datasets read from
+# files carry this rule in their data fingerprint.
+DISJOINT_RULE = "sources disjoint: validation without the test's, train without either's"
+
+
+def disjoint_sources(raw: dict[str, TextPairs]) -> tuple[dict[str, TextPairs], dict[str, int]]:
+    """``raw`` with no source in two splits (``DISJOINT_RULE``), and how many pairs each split lost."""
+    seen = {s for s in raw["test"].sources if s}
+    out, dropped = {"test": raw["test"]}, {}
+    for split in ("val", "train"):
+        pairs = raw[split]
+        keep = [i for i, s in enumerate(pairs.sources) if s not in seen]
+        dropped[split] = len(pairs.sources) - len(keep)
+        out[split] = TextPairs([pairs.sources[i] for i in keep], [pairs.targets[i] for i in keep],
+                               [pairs.references[i] for i in keep])
+        seen |= {s for s in out[split].sources if s}
+    return out, dropped
 
 
 class PairDataset(BatchDataset):
@@ -121,6 +142,15 @@ class TextPairTask(Task):
     def read_pairs(self) -> dict[str, TextPairs]:
         """The train, val and test pairs, as read (normalised here)."""
 
+    def reads_files(self) -> bool:
+        """Whether the pairs come from files (which may share sources across splits) rather
+        than from a generator that draws each split apart."""
+        return True
+
+    def data_fingerprint(self) -> str | None:
+        """See ``Task.data_fingerprint``: the split rule for data read from files."""
+        return rule_fingerprint(DISJOINT_RULE) if self.reads_files() else None
+
     @abc.abstractmethod
     def tokenizer_stem(self) -> str:
         """What names this task's tokenizer in the cache (the digest of the data follows)."""
@@ -184,6 +214,7 @@ class TextPairTask(Task):
         raw = {split: TextPairs([norm(s) for s in p.sources], [norm(t) for t in p.targets],
                                 [[norm(r) for r in refs] for refs in p.references])
                for split, p in self.read_pairs().items()}
+        raw, overlap_removed = disjoint_sources(raw)
         for split, pairs in raw.items():
             if not any(s and t for s, t in zip(pairs.sources, pairs.targets, strict=True)):
                 raise BenchError(f"{self.dataset}: the {split} split has no pair of non-empty "
@@ -207,6 +238,7 @@ class TextPairTask(Task):
                             "tgt": float(np.mean([len(t) for t in train.tgt_ids]))},
             "sources_cut": {"max_tokens": self.max_source_tokens, **cut},
             "lowercase": self.lowercase,
+            "overlap_removed": {**overlap_removed, "rule": DISJOINT_RULE},
             **self.data_info(datasets),
         }
         return Splits(datasets["train"], datasets["val"], datasets["test"], info)

@@ -90,6 +90,9 @@ class TranslationTask(TextPairTask):
     def tokenizer_stem(self) -> str:
         return f"{self.dataset}-{self.src}{self.tgt}"
 
+    def reads_files(self) -> bool:
+        return self.dataset == "multi30k"  # numbers are generated, each split apart
+
     def data_info(self, datasets: dict) -> dict:
         return {"pair": f"{self.src}-{self.tgt}",
                 "test_set": self.test_set if self.dataset == "multi30k" else "generated"}

@@ -148,7 +148,7 @@ def test_aeslc_splits_train_on_the_subject_and_score_against_the_annotations(tmp
         for i in range(count):
             notes = "" if folder == "train" else "".join(f"@ann{k}\nnote {k} of {i}\n\n" for k in range(3))
             (root / folder / f"test-only_{i}.subject").write_text(
-                f"Body of email {i} about the gas deal\nsecond line\n\n@subject\nRe: deal {i}\n\n{notes}")
+                f"Body of {folder} email {i}\nsecond line\n\n@subject\nRe: deal {i}\n\n{notes}")
     summaries = SummarizationTask("summarization", "aeslc", str(tmp_path / "data"), str(tmp_path / "c"),
                                   vocab_size=60)
     splits = summaries.load(0)

@@ -111,3 +111,9 @@ def files_fingerprint(paths: list[Path]) -> str:
         stat = path.stat()
         entries.append([str(path), stat.st_size, stat.st_mtime_ns])
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+
+
+def rule_fingerprint(*parts: str) -> str:
+    """A digest of the words that say how a dataset is read or split (and of a files
+    fingerprint, when there is one): a changed rule makes other experiments."""
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

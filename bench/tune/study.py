@@ -26,6 +26,7 @@ from optuna.trial import Trial, TrialState
 from bench.errors import BenchError, RunFailed
 from bench.records import record
 from bench.run.lock import file_lock
+from bench.setup.build import build_task
 from bench.setup.compose import compose_config
 from bench.tune.plan import Family, Plan, trial_overrides
 
@@ -139,6 +140,7 @@ def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> 
     cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
     trial.set_user_attr("config_hash", record.config_hash(cfg))
     trial.set_user_attr("seed", int(cfg.seed))
+    trial.set_user_attr("data", build_task(cfg).data_fingerprint())  # what finds its record again
     started = time.time()
     try:
         rec = run_experiment(cfg)
