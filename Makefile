@@ -24,12 +24,14 @@ demo: install
 	$(BIN)/mhab table results/quick
 	$(BIN)/mhab report results/quick
 
+# -n auto: one pytest worker per core (pytest-xdist); each worker's torch, and the commands it
+# starts, get their share of the cores (tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 # The edit-test loop: everything but the end-to-end command-line runs (marked slow).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -8,6 +8,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    # Under pytest-xdist the workers share the cores: each worker's torch, and every command a
+    # test starts (which inherits the environment), uses its share instead of all of them.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+
 
 @pytest.fixture
 def data_dir() -> Path:

@@ -144,8 +144,9 @@ def _in_progress(root):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_with_finished_results_intact(tmp_path):
+    # 8 epochs: the second run is still training 2 s after the first one's record
     args = ["run", "-m", "task=image", "task.dataset=digits", "model=gru", "seed=0,1,2",
-            "trainer.epochs=30", "trainer.batch_size=16", "trainer.infer_iters=1",
+            "trainer.epochs=8", "trainer.batch_size=16", "trainer.infer_iters=1",
             "trainer.timing_warmup_steps=1", f"results_dir={tmp_path}"]
     # A shell without job control starts background jobs with SIGINT ignored, and Python
     # keeps an ignored SIGINT: restore the default so the child sees Ctrl-C as a user would.
