@@ -43,7 +43,10 @@ def build(
     if isinstance(inputs, FrameTranscription):
         return Built(
             TransformerTranscriber(inputs.bins, inputs.channels, inputs.max_frames, inputs.vocab_size,
-                                   inputs.patch_frames, inputs.step_stride, **block),
+                                   inputs.patch_frames, inputs.step_stride, **block,
+                                   frontend=inputs.frontend, frontend_channels=inputs.frontend_channels),
+            f"transformer encoder over the steps of a conv2d front end ({inputs.frontend_channels} "
+            f"channels, 4x subsampling), a CTC head per step" if inputs.frontend == "conv2d" else
             f"transformer encoder over time-ordered patches ({inputs.bins} mel bins x "
             f"{inputs.patch_frames} frames, stride {inputs.step_stride} frames), a CTC head per token",
         )

@@ -9,6 +9,9 @@ CTC loss and decoder treat them alike. Token 0 is the CTC blank.
   patches do), the transformer encoder with padding masked, a linear CTC head per token.
 - ``RNNTranscriber``: ``stride`` consecutive frames stacked into one step (the same
   subsampling), an LSTM or GRU encoder (padding skipped), a linear CTC head per step.
+
+With ``frontend="conv2d"`` both read the steps of the same ``Conv2dSubsampling`` instead
+(the transformer through a linear embedding to its width, the RNN directly).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.frontends import Conv2dSubsampling, subsampled
 from models.patch import PatchEmbed2d
 from models.rnn import RNNEncoder
 from models.transformer import (
@@ -40,20 +44,30 @@ def padding_mask(lengths: Tensor, steps: int) -> Tensor:
 class TransformerTranscriber(nn.Module):
     def __init__(self, bins: int, channels: int, max_frames: int, vocab_size: int, patch_frames: int,
                  stride: int, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0,
-                 dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned") -> None:
+                 dropout: float = 0.0, attn_dropout: float = 0.0, pos_encoding: str = "learned",
+                 frontend: str = "patch", frontend_channels: int = 16) -> None:
         super().__init__()
         self.patch_frames, self.stride = patch_frames, stride
-        max_frames = max(max_frames, patch_frames)
-        self.patch_embed = PatchEmbed2d((bins, max_frames), (bins, patch_frames), channels, dim,
-                                        stride=(bins, stride))
+        if frontend == "conv2d":
+            self.frontend = Conv2dSubsampling(channels, bins, frontend_channels)
+            self.embed = nn.Linear(self.frontend.output_dim, dim)
+            max_steps = max(1, subsampled(max_frames))
+        else:
+            max_frames = max(max_frames, patch_frames)
+            self.patch_embed = PatchEmbed2d((bins, max_frames), (bins, patch_frames), channels, dim,
+                                            stride=(bins, stride))
+            max_steps = self.patch_embed.num_patches
         self.encoder = TransformerEncoder(dim, depth, num_heads, mlp_ratio, dropout, attn_dropout,
-                                          pos_encoding, max_len=self.patch_embed.num_patches)
+                                          pos_encoding, max_len=max_steps)
         self.head = nn.Linear(dim, vocab_size)
 
     def no_weight_decay(self) -> set[str]:
         return learned_position_names(self)
 
     def tokens(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        if hasattr(self, "frontend"):
+            steps, step_lengths = self.frontend(x, lengths)
+            return self.embed(steps), step_lengths
         if x.shape[-1] < self.patch_frames:
             x = F.pad(x, (0, self.patch_frames - x.shape[-1]))
         tokens = self.patch_embed(x)  # (B, steps, dim), in time order: the grid is 1 x steps
@@ -83,15 +97,23 @@ class TransformerTranscriber(nn.Module):
 
 class RNNTranscriber(nn.Module):
     def __init__(self, bins: int, channels: int, vocab_size: int, stride: int, hidden_dim: int,
-                 num_layers: int, cell: str, bidirectional: bool = True, dropout: float = 0.0) -> None:
+                 num_layers: int, cell: str, bidirectional: bool = True, dropout: float = 0.0,
+                 frontend: str = "patch", frontend_channels: int = 16) -> None:
         super().__init__()
         self.stride = stride
-        self.encoder = RNNEncoder(channels * bins * stride, hidden_dim, num_layers, cell,
-                                  bidirectional, dropout)
+        input_dim = channels * bins * stride
+        if frontend == "conv2d":
+            self.frontend = Conv2dSubsampling(channels, bins, frontend_channels)
+            input_dim = self.frontend.output_dim
+        self.encoder = RNNEncoder(input_dim, hidden_dim, num_layers, cell, bidirectional, dropout)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, vocab_size)
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        if hasattr(self, "frontend"):
+            seq, step_lengths = self.frontend(x, lengths)
+            outputs, _ = self.encoder(seq, step_lengths)
+            return self.head(self.drop(outputs)).log_softmax(-1), step_lengths
         B, C, bins, frames = x.shape
         x = F.pad(x, (0, -frames % self.stride))  # whole groups of `stride` frames
         steps = x.shape[-1] // self.stride

@@ -80,8 +80,11 @@ class FrameTranscription:
     ``forward(x, lengths)``.
 
     A step covers ``step_stride`` frames (a model subsamples time by that factor); a model
-    that reads patches spans ``patch_frames`` frames (every bin) per patch. No utterance has
-    more than ``max_frames`` frames."""
+    that reads patches spans ``patch_frames`` frames (every bin) per patch. ``frontend``:
+    ``patch`` (each family its own reading of the frames: patches, stacked frames) or
+    ``conv2d`` (every family reads the steps of ``models.frontends.Conv2dSubsampling`` with
+    ``frontend_channels`` channels; 4 frames a step). No utterance has more than
+    ``max_frames`` frames."""
 
     channels: int
     bins: int
@@ -89,6 +92,8 @@ class FrameTranscription:
     vocab_size: int
     patch_frames: int
     step_stride: int
+    frontend: str = "patch"
+    frontend_channels: int = 16
 
 
 InputKind = ImageGrid | FrameSequence | FrameTranscription | TokenSequence | TokenPairs

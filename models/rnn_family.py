@@ -51,7 +51,10 @@ def build(
     if isinstance(inputs, FrameTranscription):
         directions = "bidirectional " if bidirectional else ""
         return Built(
-            RNNTranscriber(inputs.bins, inputs.channels, inputs.vocab_size, inputs.step_stride, **rnn),
+            RNNTranscriber(inputs.bins, inputs.channels, inputs.vocab_size, inputs.step_stride, **rnn,
+                           frontend=inputs.frontend, frontend_channels=inputs.frontend_channels),
+            f"{directions}RNN over the steps of a conv2d front end ({inputs.frontend_channels} channels, "
+            f"4x subsampling), a CTC head per step" if inputs.frontend == "conv2d" else
             f"{directions}RNN over the frames, {inputs.step_stride} frames stacked per step "
             f"(padding skipped), a CTC head per step",
         )

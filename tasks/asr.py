@@ -40,6 +40,7 @@ from bench.data.speech_synth import DIGIT_WORDS
 from bench.errors import BenchError
 from bench.records.attention_examples import TimeAttentionExample
 from bench.task import SPLITS, Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
+from models.frontends import CONV2D_STRIDE
 from models.inputs import FrameTranscription
 from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 from tasks.ctc_decoding import SPACE, BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
@@ -206,6 +207,7 @@ class ASRTask(Task):
         split: Literal["official", "speaker"] = "official", holdout_speaker: str | None = None,
         val_fraction: Annotated[float, FRACTION] = 0.1,
         patch_frames: Annotated[int, AT_LEAST_1] = 8, patch_stride: Annotated[int, AT_LEAST_1] = 4,
+        frontend: Literal["patch", "conv2d"] = "patch", frontend_channels: Annotated[int, AT_LEAST_1] = 16,
         specaugment: bool = True, freq_mask: Annotated[int, NON_NEGATIVE] = 8,
         time_mask: Annotated[int, NON_NEGATIVE] = 10,
         beam_size: Annotated[int, AT_LEAST_1] = 8, num_samples: Annotated[int, NON_NEGATIVE] = 5,
@@ -231,6 +233,7 @@ class ASRTask(Task):
         self.synth_seed, self.split, self.holdout_speaker = synth_seed, split, holdout_speaker
         self.val_fraction = val_fraction
         self.patch_frames, self.patch_stride = patch_frames, patch_stride
+        self.frontend, self.frontend_channels = frontend, frontend_channels
         self.specaugment = specaugment
         self.masks = nn.Sequential(
             torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True),
@@ -316,8 +319,10 @@ class ASRTask(Task):
 
     # ------------------------------------------------------------------ models
     def input_kind(self, splits: Splits) -> FrameTranscription:
+        stride = CONV2D_STRIDE if self.frontend == "conv2d" else self.patch_stride
         return FrameTranscription(1, self.log_mel.n_mels, splits.info["max_frames"],
-                                  splits.info["vocab_size"], self.patch_frames, self.patch_stride)
+                                  splits.info["vocab_size"], self.patch_frames, stride,
+                                  self.frontend, self.frontend_channels)
 
     def model_inputs(self, batch: Batch) -> Batch:
         return batch[:2]

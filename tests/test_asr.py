@@ -283,3 +283,23 @@ def test_the_char_word_separator_in_a_transcript_is_refused(tmp_path):
         task.load(0)
     word = ASRTask("asr", "audiofolder", None, str(tmp_path / "cache"), root=str(root), units="word")
     assert "a|b one" in word.load(0).test.references  # a word may hold it: no separator there
+
+
+@pytest.mark.parametrize("family", ["attention", "rnn"])
+def test_the_conv2d_front_end_reads_every_family_the_same_way(family):
+    from models.ctc import RNNTranscriber, TransformerTranscriber
+    from models.frontends import subsampled
+
+    if family == "attention":
+        model = TransformerTranscriber(40, 1, 300, 12, 8, 4, dim=32, depth=1, num_heads=2,
+                                       frontend="conv2d", frontend_channels=8)
+    else:
+        model = RNNTranscriber(40, 1, 12, 4, hidden_dim=16, num_layers=1, cell="gru",
+                               frontend="conv2d", frontend_channels=8)
+    shapes = [tuple(p.shape) for p in model.frontend.parameters()]
+    assert shapes == [(8, 1, 3, 3), (8,), (8, 8, 3, 3), (8,)]  # the same stack in both families
+    lengths = torch.tensor([300, 101, 5])  # the last shorter than the 7 frames one step needs
+    log_probs, steps = model(torch.randn(3, 1, 40, 300), lengths)
+    assert steps.tolist() == [subsampled(300), subsampled(101), 1] == [74, 24, 1]
+    assert log_probs.shape == (3, 74, 12)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(3, 74), atol=1e-5)

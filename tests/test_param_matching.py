@@ -54,3 +54,12 @@ def test_baseline_matches_attention_parameters_within_10_percent(task_name, data
     for extra in variants:
         baseline = _params(task_name, dataset, [f"model={model}", *extra])
         assert abs(baseline - attention) / attention <= 0.10, (model, extra, baseline, attention)
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m != "attention"])
+@pytest.mark.parametrize("dataset", ["fsdd_strings", "synth_strings"])
+def test_the_conv2d_front_end_keeps_asr_parameters_matched(dataset, model):
+    attention = _params("asr", dataset, ["model=attention", "task.frontend=conv2d"])
+    baseline = _params("asr", dataset, [f"model={model}", "task.frontend=conv2d"])
+    assert abs(baseline - attention) / attention <= 0.10, (baseline, attention)
+    assert attention != _params("asr", dataset, ["model=attention"])  # the front end did change

@@ -49,6 +49,8 @@ LATER: tuple[Later, ...] = (
     Later("trainer.batching", "random"),
     Later("trainer.max_tokens", None),
     Later("task.root", None, when=(("task.name", "image"),)),
+    Later("task.frontend", "patch", when=(("task.name", "asr"),)),
+    Later("task.frontend_channels", 16, when=(("task.name", "asr"),)),
     Later("task.image_size", 32, when=(("task.name", "image"),)),
     Later("task.channels", 3, when=(("task.name", "image"),)),
     # model configs name their builder since families became one file each; before, the
