@@ -159,3 +159,17 @@ def test_every_shipped_search_space_holds_for_every_family(task, tmp_path):
     assert not any(key.startswith("model.") and key.split(".")[1] in ("dim", "depth", "num_heads")
                    for space in spaces.values() for key in space)  # tuning never buys parameters
     assert not (tmp_path / "tuning").exists()  # a plan writes nothing
+
+
+def test_the_finals_rest_on_the_first_trials_of_each_study():
+    from bench.tune.study import best_trial
+
+    study = optuna.create_study(direction="minimize")
+    for value in (0.3, 0.2, 0.25, 0.1):  # the fourth is beyond tune.trials=3
+        trial = study.ask()
+        study.tell(trial, value)
+    failed = study.ask()
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert best_trial(study, 3, higher_is_better=False).number == 1
+    assert best_trial(study, 4, higher_is_better=False).number == 3
+    assert best_trial(study, 3, higher_is_better=True).number == 0

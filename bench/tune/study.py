@@ -184,6 +184,15 @@ def work(plan: Plan) -> None:
             run_trial(plan, family, studies[family.model], trial)
 
 
+def best_trial(study: optuna.Study, trials: int, higher_is_better: bool) -> optuna.trial.FrozenTrial:
+    """The best of the study's first ``trials`` finished trials (by number): every family's
+    finals rest on the same number of trials, even when a study ran more (a lowered
+    ``tune.trials``, a trial finished by a worker that was stopped)."""
+    done = sorted((t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE),
+                  key=lambda t: t.number)[:trials]
+    return (max if higher_is_better else min)(done, key=lambda t: t.value)
+
+
 def final_run(overrides: list[str]) -> dict[str, Any]:
     from bench.experiment import run_experiment
 
@@ -205,7 +214,7 @@ def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
                         "when all have: run the same command again then", family.study,
                         n[TrialState.COMPLETE], plan.settings.trials, n[TrialState.RUNNING])
             continue
-        best = study.best_trial
+        best = best_trial(study, plan.settings.trials, family.higher_is_better)
         log.info("tune %s: best trial %d (val %s %.4g): %s; finals with seeds 0..%d", family.study,
                  best.number, family.metric_name, best.value,
                  ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
