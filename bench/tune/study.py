@@ -136,13 +136,13 @@ def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> 
 
     if plan.settings.sampler == "random":
         study.sampler = make_sampler(plan, trial.number)
-    params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
-    cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
-    trial.set_user_attr("config_hash", record.config_hash(cfg))
-    trial.set_user_attr("seed", int(cfg.seed))
-    trial.set_user_attr("data", build_task(cfg).data_fingerprint())  # what finds its record again
     started = time.time()
     try:
+        params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
+        cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
+        trial.set_user_attr("config_hash", record.config_hash(cfg))
+        trial.set_user_attr("seed", int(cfg.seed))
+        trial.set_user_attr("data", build_task(cfg).data_fingerprint())  # what finds its record again
         rec = run_experiment(cfg)
     except RunFailed as e:
         trial.set_user_attr("error", str(e))
