@@ -173,3 +173,16 @@ def test_the_finals_rest_on_the_first_trials_of_each_study():
     assert best_trial(study, 3, higher_is_better=False).number == 1
     assert best_trial(study, 4, higher_is_better=False).number == 3
     assert best_trial(study, 3, higher_is_better=True).number == 0
+
+
+def test_best_settings_name_what_the_trials_varied_not_where_they_ran():
+    from bench.report.tuning import best_settings, trials_table
+
+    def trial(n, lr, cache, val):
+        return {"task": "asr", "dataset": "d", "model": "gru", "model_family": "rnn", "status": "ok",
+                "tuning": {"study": "s", "trial": n, "role": "trial"}, "val_metric": val,
+                "higher_is_better": False, "metric_name": "wer", "wall_time_s": 60.0,
+                "config": {"cache_dir": cache, "trainer": {"lr": lr, "epochs": 5}}}
+
+    best = best_settings(trials_table([trial(0, 0.001, "a", 0.2), trial(1, 0.003, "/b", 0.1)]))
+    assert best.loc[0, "best trial"] == 1 and best.loc[0, "settings"] == "trainer.lr=0.003"

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.records.record import tuning_role
+from bench.records.record import UNHASHED_KEYS, tuning_role
 
 
 def expected_max(scores: list[float], n: int, higher_is_better: bool = True) -> tuple[float, float]:
@@ -111,7 +111,9 @@ def best_settings(trials: pd.DataFrame) -> pd.DataFrame:
         higher = bool(group["higher_is_better"].iloc[0])
         best = group.loc[group["val_metric"].astype(float).idxmax() if higher
                          else group["val_metric"].astype(float).idxmin()]
-        flat = [_flat({k: v for k, v in c.items() if k != "tuning"}) for c in group["config"]]
+        # what the trials varied, not where they ran (cache_dir, results_dir: not the experiment)
+        flat = [_flat({k: v for k, v in c.items() if k not in {"tuning", "hydra", *UNHASHED_KEYS}})
+                for c in group["config"]]
         varied = sorted(k for k in set().union(*flat) if len({f.get(k) for f in flat}) > 1)
         mine = _flat(best["config"])
         rows.append({"task": task, "dataset": dataset, "model": model, "study": study,
