@@ -34,7 +34,7 @@ def _row(rec: dict) -> dict:
 
 def axis_values(config: dict | None) -> dict[str, Any]:
     """Each axis's value in ``config`` and the sweep it belongs to (None without one)."""
-    flat = _flatten(with_later_keys({k: v for k, v in (config or {}).items()
+    flat = flatten_config(with_later_keys({k: v for k, v in (config or {}).items()
                                      if k not in (*UNHASHED_KEYS, "hydra", "variant")}, present=True))
     out: dict[str, Any] = {}
     for axis, (key, across_models) in AXES.items():
@@ -60,11 +60,12 @@ def metric_by_length(rec: dict) -> dict | None:
     return None
 
 
-def _flatten(config: dict, prefix: str = "") -> dict[str, str]:
+def flatten_config(config: dict, prefix: str = "") -> dict[str, str]:
+    """``{"trainer.lr": "0.001", ...}``: each leaf of a nested config by its dotted key, as JSON."""
     flat = {}
     for key, value in config.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_config(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = json.dumps(value, default=str)
     return flat
@@ -85,7 +86,8 @@ def _setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
     if len(configs) < 2:
         return dict.fromkeys(configs, "")
     skip = {*UNHASHED_KEYS, "hydra", "variant"}
-    flat = {h: _flatten(with_later_keys({k: v for k, v in (c or {}).items() if k not in skip}, present=True))
+    flat = {h: flatten_config(with_later_keys({k: v for k, v in (c or {}).items() if k not in skip},
+                                              present=True))
             for h, c in configs.items()}
     keys = sorted({k for f in flat.values() for k in f})
     differing = [k for k in keys if len({f.get(k, "null") for f in flat.values()}) > 1]

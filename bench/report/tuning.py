@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from bench.records.record import UNHASHED_KEYS, tuning_role
+from bench.records.table import flatten_config
 
 
 def expected_max(scores: list[float], n: int, higher_is_better: bool = True) -> tuple[float, float]:
@@ -91,16 +92,6 @@ def ordering(a: pd.DataFrame, b: pd.DataFrame, name_a: str, name_b: str) -> str:
             f"budget-free verdict")
 
 
-def _flat(config: dict, prefix: str = "") -> dict[str, str]:
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value, default=str)
-    return out
-
-
 def best_settings(trials: pd.DataFrame) -> pd.DataFrame:
     """Per study: its best trial and the values of the keys its trials varied (the sampled
     ones: the keys whose recorded values differ between trials)."""
@@ -112,10 +103,10 @@ def best_settings(trials: pd.DataFrame) -> pd.DataFrame:
         best = group.loc[group["val_metric"].astype(float).idxmax() if higher
                          else group["val_metric"].astype(float).idxmin()]
         # what the trials varied, not where they ran (cache_dir, results_dir: not the experiment)
-        flat = [_flat({k: v for k, v in c.items() if k not in {"tuning", "hydra", *UNHASHED_KEYS}})
+        flat = [flatten_config({k: v for k, v in c.items() if k not in {"tuning", "hydra", *UNHASHED_KEYS}})
                 for c in group["config"]]
         varied = sorted(k for k in set().union(*flat) if len({f.get(k) for f in flat}) > 1)
-        mine = _flat(best["config"])
+        mine = flatten_config(best["config"])
         rows.append({"task": task, "dataset": dataset, "model": model, "study": study,
                      "best trial": int(best["trial"]), "val": float(best["val_metric"]),
                      "settings": ", ".join(f"{k}={_short(mine.get(k))}" for k in varied)})
