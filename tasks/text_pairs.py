@@ -214,11 +214,16 @@ class TextPairTask(Task):
         raw = {split: TextPairs([norm(s) for s in p.sources], [norm(t) for t in p.targets],
                                 [[norm(r) for r in refs] for refs in p.references])
                for split, p in self.read_pairs().items()}
-        raw, overlap_removed = disjoint_sources(raw)
         for split, pairs in raw.items():
             if not any(s and t for s, t in zip(pairs.sources, pairs.targets, strict=True)):
                 raise BenchError(f"{self.dataset}: the {split} split has no pair of non-empty "
                                  f"{self.text_noun}; check its files")
+        raw, overlap_removed = disjoint_sources(raw)
+        for split, pairs in raw.items():
+            if not any(s and t for s, t in zip(pairs.sources, pairs.targets, strict=True)):
+                raise BenchError(f"{self.dataset}: every source of the {split} split is also in a later "
+                                 f"split (validation, test), so none is left to {split} on; give the "
+                                 f"splits different {self.text_noun}")
         self.sp = self.tokenizer(raw["train"].sources, raw["train"].targets)
         datasets, cut = {}, {}
         for split, pairs in raw.items():

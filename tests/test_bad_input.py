@@ -409,6 +409,10 @@ CATALOGUE: dict[str, Case] = {
     "jsonl-empty-split": Case(JSONL, "test.jsonl holds no examples",
                               setup=jsonl_folder({"train": GOOD_LINE, "validation": GOOD_LINE,
                                                   "test": "\n"})),
+    "jsonl-validation-all-in-test": Case(
+        JSONL, "every source of the val split is also in a later split",
+        setup=jsonl_folder({"train": '{"document": "another", "summary": "s"}\n', "validation": GOOD_LINE,
+                            "test": GOOD_LINE})),
     "summarization-unknown-dataset": Case(["run", "task=summarization", "task.dataset=cnn_dailymail"],
                                           "unknown summarization dataset 'cnn_dailymail'; choose one of"),
     # Records are checked when read; outputs that cannot be written are one line.

@@ -184,7 +184,9 @@ def test_bad_language_settings(tmp_path):
 def test_multi30k_pairs_and_absent_pair(data_dir, tmp_path):
     task = TranslationTask("translation", "multi30k", str(data_dir), str(tmp_path), vocab_size=4000)
     splits = task.load(0)
-    assert splits.info["sizes"] == {"train": 29000, "val": 1014, "test": 1000}
+    # one training source is also a validation source: the training copy goes
+    assert splits.info["sizes"] == {"train": 28999, "val": 1014, "test": 1000}
+    assert splits.info["overlap_removed"]["train"] == 1 and splits.info["overlap_removed"]["val"] == 0
     assert splits.info["pair"] == "de-en"
     with pytest.raises(BenchError, match="no de-fr pair .* available: de-en, en-de"):
         TranslationTask("translation", "multi30k", str(data_dir), str(tmp_path), tgt="fr").load(0)
