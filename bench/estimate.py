@@ -25,17 +25,19 @@ from bench.setup.compose import compose_config, sweep_jobs
 GROUP = ["task", "dataset", "model"]
 
 
-def recorded_wall_times(results_dirs: list[str | Path]) -> dict[str, dict[int, list[dict]]]:
-    """The ok runs under ``results_dirs`` by config hash (as ``read_records`` computes it from
-    each record's config), then seed: wall time and threads."""
+def recorded_wall_times(results_dirs: list[str | Path],
+                        records: list[dict] | None = None) -> dict[str, dict[int, list[dict]]]:
+    """The ok runs under ``results_dirs`` (or of ``records``, already read) by config hash (as
+    ``read_records`` computes it from each record's config), then seed: wall time and threads."""
+    if records is None:
+        records = [rec for results_dir in results_dirs for rec in read_records(results_dir)]
     found: dict[str, dict[int, list[dict]]] = {}
-    for results_dir in results_dirs:
-        for rec in read_records(results_dir):
-            if rec.get("status") != "ok" or not rec.get("config") or rec.get("wall_time_s") is None:
-                continue
-            runs = found.setdefault(rec["config_hash"], {}).setdefault(int(rec["seed"]), [])
-            runs.append({"wall_time_s": float(rec["wall_time_s"]),
-                         "threads": (rec.get("environment") or {}).get("torch_threads")})
+    for rec in records:
+        if rec.get("status") != "ok" or not rec.get("config") or rec.get("wall_time_s") is None:
+            continue
+        runs = found.setdefault(rec["config_hash"], {}).setdefault(int(rec["seed"]), [])
+        runs.append({"wall_time_s": float(rec["wall_time_s"]),
+                     "threads": (rec.get("environment") or {}).get("torch_threads")})
     return found
 
 
@@ -69,13 +71,13 @@ def tune_jobs(plan, results_dirs: list[str | Path]) -> pd.DataFrame:
     runs of the same role, else of the family's default-recipe runs (same overrides, no
     sampled values): a trial trains as long as a default run when its epochs are the
     recipe's, and skips the test."""
-    recorded = recorded_wall_times(results_dirs)
+    records = [rec for results_dir in results_dirs for rec in read_records(results_dir)]
+    recorded = recorded_wall_times(results_dirs, records)
     studies: dict[tuple[str, str], list[float]] = {}
-    for results_dir in results_dirs:
-        for rec in read_records(results_dir):
-            if rec.get("status") == "ok" and rec.get("tuning") and rec.get("wall_time_s") is not None:
-                studies.setdefault((rec["tuning"]["study"], rec["tuning"]["role"]), []).append(
-                    float(rec["wall_time_s"]))
+    for rec in records:
+        if rec.get("status") == "ok" and rec.get("tuning") and rec.get("wall_time_s") is not None:
+            studies.setdefault((rec["tuning"]["study"], rec["tuning"]["role"]), []).append(
+                float(rec["wall_time_s"]))
     rows = []
     settings = plan.settings
     for family in plan.families:

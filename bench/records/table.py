@@ -165,7 +165,8 @@ def unmatched_params(results_dir: str | Path, rec: dict) -> float | None:
     ``PARAMS_TOLERANCE`` from 1; None when matched, or when there is nothing to compare with."""
     if rec.get("model_family") == ATTENTION_FAMILY or rec.get("status") != "ok":
         return None
-    records = read_records(results_dir)
+    records = [r for r in read_records(results_dir)  # the ratio compares within a task and dataset
+               if (r.get("task"), r.get("dataset")) == (rec["task"], rec["dataset"])]
     mine = [i for i, r in enumerate(records) if r.get("run_dir") == rec["run_dir"]]
     if not mine:
         return None

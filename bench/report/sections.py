@@ -540,7 +540,7 @@ def tuned_and_default(all_records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def tuning_section(all_records: list[dict]) -> Section:
+def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Section:
     trials = trials_table(all_records)
     s = opened("tuning", trials.empty,
                "No tuning studies: run `mhab tune task=asr model=attention,lstm,gru` (docs/tuning.md).",
@@ -579,7 +579,6 @@ def tuning_section(all_records: list[dict]) -> Section:
     s.text("What tuning cost, per study:")
     s.table(cost.drop(columns=["study"]).assign(wall_min=cost["wall_min"].map(lambda v: fmt(v, 3)))
             .rename(columns={"wall_min": "wall time (min)"}))
-    side_by_side = tuned_and_default(all_records)
     if len(side_by_side):
         s.text("The default recipe's verdict beside the tuned one:")
         s.table(side_by_side, text_cells=True)
@@ -596,8 +595,9 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
     frame = to_frame(tested)
     records = counted_records(frame, tested)
     agg = aggregate(frame)
+    side_by_side = tuned_and_default(all_records)
     return [
-        claims_section(frame, agg, records, tuned_and_default(all_records)),
+        claims_section(frame, agg, records, side_by_side),
         results_section(frame, agg),
         tradeoff_section(agg),
         scaling_section(results_dir, agg),
@@ -607,5 +607,5 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         distance_section(records),
         attention_section(records),
         samples_section(records),
-        tuning_section(all_records),
+        tuning_section(all_records, side_by_side),
     ]

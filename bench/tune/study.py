@@ -201,11 +201,10 @@ def final_run(overrides: list[str]) -> dict[str, Any]:
     return run_experiment(compose_config("config", overrides, "tune"))
 
 
-def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
+def finals(plan: Plan, studies: dict[str, optuna.Study]) -> dict[str, list[dict[str, Any]]]:
     """Each family's best trial again with seeds 0..tune.seeds-1, on test (on ``tune.jobs``
     workers); their records. A study with trials still running elsewhere gets its finals from
     a later run of the command."""
-    studies = open_studies(plan, open_storage(plan.storage))
     runs: list[tuple[str, list[str]]] = []
     for family in plan.families:
         study, n = studies[family.model], counts(studies[family.model])
@@ -235,9 +234,8 @@ def finals(plan: Plan) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def failed_families(plan: Plan) -> list[str]:
+def failed_families(plan: Plan, studies: dict[str, optuna.Study]) -> list[str]:
     """The families whose study stopped at ``tune.max_failed`` failed trials, in words."""
-    studies = open_studies(plan, open_storage(plan.storage))
     out = []
     for family in plan.families:
         study = studies[family.model]
@@ -252,7 +250,7 @@ def failed_families(plan: Plan) -> list[str]:
 def run_tune(plan: Plan) -> dict[str, list[dict[str, Any]]]:
     """The whole command: trials on ``tune.jobs`` workers, then the finals; the finals'
     records by model."""
-    open_studies(plan, open_storage(plan.storage))  # the storage's tables and studies, made once
+    studies = open_studies(plan, open_storage(plan.storage))  # its tables and studies, made once
     if plan.settings.jobs == 1:
         work(plan)
     else:
@@ -260,8 +258,8 @@ def run_tune(plan: Plan) -> dict[str, list[dict[str, Any]]]:
 
         workers = range(plan.settings.jobs)
         Parallel(n_jobs=plan.settings.jobs, backend="loky")(delayed(work)(plan) for _ in workers)
-    if failures := failed_families(plan):
+    if failures := failed_families(plan, studies):
         raise RunFailed(f"tuning stopped for {'; '.join(failures)}; raise tune.max_failed or fix the "
                         f"cause, then run the same command again")
-    return finals(plan) if plan.settings.finals else {}
+    return finals(plan, studies) if plan.settings.finals else {}
 
