@@ -202,7 +202,8 @@ def speed_command(args: list[str]) -> int:
     log_errors_to(cfg.results_dir)
     frame = speed.run_speed(cfg, progress=show_progress(cfg.progress))
     paths = save(frame, cfg.results_dir, stem="speed")
-    shown = ["section", "model", "mode", "batch_size", "seq_len", "step_ms", "samples_per_s",
+    shown = ["section", "model", "dtype", "attention_path", "mode", "batch_size", "seq_len", "step_ms",
+             "samples_per_s",
              "tokens_per_s", "achieved_gflop_s", "peak_share", "peak_memory_mb", "engine_overhead",
              "engine_overhead_ci_low", "engine_overhead_ci_high", "data_share"]
     table = frame[frame["section"] != "reference"]  # the rounds are summed up in the targets
@@ -211,9 +212,13 @@ def speed_command(args: list[str]) -> int:
     print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))
     if not (choice := speed_analysis.backend_choice(frame)).empty:
         print("\ncore step ms under each SDPA kernel:\n" + choice.to_string(index=False, float_format=fmt))
-    print(f"\nmatmul peak: {frame['matmul_peak_gflop_s'].iloc[0]:.1f} GFLOP/s "
-          f"({cfg.matmul_size}^3 float32, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
-          f"{frame['threads'].iloc[0]} threads")
+    peaks = frame.groupby("dtype", sort=False)["matmul_peak_gflop_s"].first()
+    print("\nmatmul peak: " + ", ".join(f"{peak:.1f} GFLOP/s in {dtype}" for dtype, peak in peaks.items())
+          + f" ({cfg.matmul_size}^3, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
+          f"{frame['threads'].iloc[0]} threads; bfloat16 hardware: {frame['cpu_bf16_flags'].iloc[0]}")
+    if not (speedups := speed_analysis.precision_speedups(frame)).empty:
+        print("\ntask models, training samples/s by precision:\n"
+              + speedups.to_string(index=False, float_format=fmt))
     if (rounds := speed_analysis.reference_summary(frame)) is not None:
         print(rounds)
     if not (goals := speed_analysis.targets(frame)).empty:

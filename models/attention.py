@@ -13,11 +13,21 @@ three without reshuffling.
 
 Masks follow ``nn.MultiheadAttention``: a bool mask is True where attention is NOT allowed;
 a float mask is added to the scores.
+
+Between the projections, the scores and weights take one of two paths, the same mathematics
+either way: ``sdpa``, torch's fused ``F.scaled_dot_product_attention``, or ``matmul``, the
+explicit ``softmax(q k^T / sqrt(d)) v``. Float32 and every CUDA
+device take the fused kernel. On a CPU in a low precision, the fused kernel's bfloat16 path can
+be several times slower than plain matmuls on matrix units (AMX), so the faster of the two is
+measured once per process and kept (``attention_path``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +156,9 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             y, weights = attention_math(q, k, v, mask, causal_in_kernel, dropout_p, self.training)
+        elif attention_path(q.device, q.dtype) == "matmul":
+            y = attention_matmul(q, k, v, mask, causal_in_kernel, dropout_p, self.training)
+            weights = None
         else:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal_in_kernel
@@ -240,7 +253,8 @@ def attention_math(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
     dropout_p: float, training: bool,
 ) -> tuple[Tensor, Tensor]:
-    """Explicit scaled dot-product attention; used only when the weights are wanted."""
+    """Explicit scaled dot-product attention, the float32 reference; used when the weights
+    are wanted."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Lq, Lk)
     if is_causal:
         scores = scores + causal_mask(q.shape[-2], k.shape[-2], scores.dtype, scores.device)
@@ -249,6 +263,81 @@ def attention_math(
     weights = scores.softmax(dim=-1)
     y = F.dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
     return y, weights
+
+
+def attention_matmul(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                     dropout_p: float, training: bool) -> Tensor:
+    """The ``matmul`` path: ``attention_math`` with the scale folded into q (a pass over
+    (B, H, L, hd) rather than over the (B, H, L, L) scores) and no weights returned. In a
+    low precision every pass over the scores costs as much as the matmuls on matrix units;
+    torch's CPU softmax accumulates in float32 whatever its input type."""
+    scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    if is_causal:
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2], scores.dtype, scores.device)
+    if mask is not None:
+        scores = scores + mask
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
+
+
+# -------------------------------------------------------------------- the path per device/dtype
+ATTENTION_PATHS = ("sdpa", "matmul")
+_chosen: dict[tuple[str, torch.dtype], str] = {}
+
+
+def attention_path(device: torch.device, dtype: torch.dtype) -> str:
+    """``sdpa`` or ``matmul``: the path the core takes for inputs of ``dtype`` on ``device``.
+    Float32 (and float64) and CUDA take the fused kernel (its float32 path is the reference
+    the parity tests hold to 1e-5; on CUDA it is the flash/efficient kernels); a low precision
+    on a CPU takes whichever ``measure_paths`` finds faster, measured on first use and kept
+    for the process, so every step of a run takes the same path."""
+    key = (device.type, dtype)
+    if key not in _chosen:
+        if device.type != "cpu" or not dtype.is_floating_point or dtype.itemsize >= 4:
+            _chosen[key] = "sdpa"
+        else:
+            timings = measure_paths(device, dtype)
+            _chosen[key] = min(timings, key=timings.get)
+    return _chosen[key]
+
+
+@torch.compiler.disable  # timing, not something to trace: reached once, before any graph
+def measure_paths(device: torch.device, dtype: torch.dtype, batch: int = 16, heads: int = 8,
+                  seq_len: int = 128, head_dim: int = 32, rounds: int = 3) -> dict[str, float]:
+    """Seconds of one forward + backward through each path at a typical training shape,
+    the best of ``rounds`` alternating rounds (a burst of load rarely hits both twice)."""
+    with torch.enable_grad():
+        q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=dtype,
+                               requires_grad=True) for _ in range(3))
+        steps = {
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+            "matmul": lambda: attention_matmul(q, k, v, None, False, 0.0, False),
+        }
+        best = dict.fromkeys(steps, math.inf)
+        for _ in range(rounds + 1):  # the first round warms up
+            for path, step in steps.items():
+                started = time.perf_counter()
+                step().sum().backward()
+                best[path] = min(best[path], time.perf_counter() - started)
+    return best
+
+
+@contextlib.contextmanager
+def use_attention_path(path: str, device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Pin the core's path for ``device`` and ``dtype`` inside the block (tests, and `mhab
+    speed` timing both paths)."""
+    if path not in ATTENTION_PATHS:
+        raise ValueError(f"unknown attention path {path!r}; choose from {', '.join(ATTENTION_PATHS)}")
+    key = (device.type, dtype)
+    before = _chosen.get(key)
+    _chosen[key] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            _chosen.pop(key, None)
+        else:
+            _chosen[key] = before
 
 
 def causal_mask(Lq: int, Lk: int, dtype: torch.dtype, device: torch.device) -> Tensor:

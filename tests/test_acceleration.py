@@ -8,8 +8,16 @@ from torch._dynamo import register_backend
 
 from bench.errors import BenchError
 from bench.records.atomic import load_state_dict
-from bench.run.acceleration import autocast, check_compile, check_dtype, compile_backend
+from bench.run.acceleration import (
+    autocast,
+    check_compile,
+    check_dtype,
+    compile_backend,
+    model_attention_path,
+    warn_if_emulated,
+)
 from bench.run.engine import CHECKPOINT, fit
+from models.attention import MultiHeadAttention, attention_path
 from tests.test_engine import TRAINER, ToyTask
 
 CPU = torch.device("cpu")
@@ -90,17 +98,27 @@ def test_dtype_settings():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
 
 
-def test_speed_task_models_train_with_the_speed_options(tmp_path):
-    """`mhab speed dtype=... compile=...` must time the bare loop and the engine alike: both
-    read the run config's trainer, which takes the speed command's options."""
+def test_speed_task_models_train_with_the_speed_options(tmp_path, monkeypatch):
+    """`mhab speed dtypes=... compile=...` must time the bare loop and the engine alike: both
+    read the run config's trainer, which takes the speed command's compile and, measurement by
+    measurement, each of its dtypes."""
+    from bench.setup.build import build
     from bench.setup.compose import compose_config
-    from bench.speed.benchmark import _run_config
+    from bench.speed import benchmark
 
-    cfg = compose_config("speed", ["dtype=bf16", "compile=aot_eager", f"cache_dir={tmp_path}"], "speed")
-    run_cfg = _run_config(cfg, "image", "gru")
-    assert run_cfg.trainer.dtype == "bf16" and run_cfg.trainer.compile == "aot_eager"
-    default = _run_config(compose_config("speed", [f"cache_dir={tmp_path}"], "speed"), "image", "gru")
+    cfg = compose_config("speed", ["compile=aot_eager", f"cache_dir={tmp_path}"], "speed")
+    run_cfg = benchmark._run_config(cfg, "image", "gru")
+    assert run_cfg.trainer.compile == "aot_eager"
+    plain = compose_config("speed", [f"cache_dir={tmp_path}"], "speed")
+    default = benchmark._run_config(plain, "image", "gru")
     assert default.trainer.dtype == "float32" and default.trainer.compile is False
+    seen = []
+    monkeypatch.setattr(benchmark, "measure_task_model",
+                        lambda setup, run_cfg, cfg, device: seen.append(run_cfg.trainer.dtype) or [])
+    models = [(default, build(default))]
+    for dtype in ("float32", "bf16"):
+        list(benchmark.task_rows(cfg, models, CPU, False, dtype))
+    assert seen == ["float32", "bf16"]
 
 
 def test_activation_memory_of_a_compiled_rnn_does_not_recompile_its_hook(caplog):
@@ -141,3 +159,53 @@ def test_the_new_keys_at_their_defaults_keep_earlier_hashes_and_groups():
     assert config_hash({**now, "trainer": {**now["trainer"], "compile": "aot_eager"}}) != config_hash(now)
     labels = setting_labels({"old": before, "new-bf16": bf16})
     assert labels == {"old": 'trainer.dtype="float32"', "new-bf16": 'trainer.dtype="bf16"'}
+
+
+def test_every_task_trains_in_bf16_and_records_its_precision_and_attention_path(tmp_path):
+    from bench import api
+
+    budget = ["trainer.dtype=bf16", "trainer.epochs=1", "trainer.max_steps=2", "trainer.infer_iters=1",
+              "logger=none", f"results_dir={tmp_path}"]
+    records = api.multirun(["suite=quick", "model=attention", *budget])
+    records += api.multirun(["task=recall", "model=attention,gru", *budget])
+    tasks = {r["task"] for r in records}
+    assert tasks == {"image", "speech", "translation", "asr", "summarization", "recall"}
+    for r in records:
+        assert r["status"] == "ok" and r["config"]["trainer"]["dtype"] == "bf16", r.get("error")
+        assert r["attention_path"] == (None if r["model_family"] == "rnn" else
+                                       attention_path(CPU, torch.bfloat16))
+    frame = api.table(tmp_path)
+    assert set(frame["dtype"]) == {"bf16"} and set(frame["attention_path"].dropna()) <= {"sdpa", "matmul"}
+    heads = [line for line in api.report(tmp_path).read_text().splitlines()
+             if line.startswith("| model ") and "(mean ± 95% CI)" in line]
+    assert heads and all("| dtype " in line for line in heads)  # a bf16 table says so
+
+
+def test_the_report_shows_the_dtype_only_where_a_run_is_not_float32():
+    import pandas as pd
+
+    from bench.records.columns import BY_NAME
+
+    shown = BY_NAME["dtype"].header_shown
+    assert not shown(pd.Series(["float32", "float32"]))
+    assert shown(pd.Series(["float32", "bf16"])) and shown(pd.Series(["bf16"]))
+
+
+def test_a_float32_run_takes_the_reference_path(tmp_path):
+    out, _, _ = _fit(tmp_path, dtype="float32")
+    assert out["attention_path"] is None  # a model without the core
+    core = nn.Sequential(MultiHeadAttention(8, 2))
+    assert model_attention_path(core, CPU, "float32") == "sdpa"
+
+
+def test_bf16_on_a_cpu_without_bf16_hardware_warns_once(monkeypatch, caplog):
+    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: [])
+    with caplog.at_level("WARNING"):
+        warn_if_emulated(CPU, "bf16")
+        warn_if_emulated(CPU, "float32")
+    assert len(caplog.records) == 1
+    assert "without bfloat16 hardware" in caplog.text and "use dtype float32" in caplog.text
+    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: ["amx_bf16"])
+    caplog.clear()
+    warn_if_emulated(CPU, "bf16")
+    assert not caplog.records

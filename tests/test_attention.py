@@ -153,3 +153,86 @@ def test_dropout_only_in_training():
     a = core(x)[0]
     torch.manual_seed(1)
     assert not torch.allclose(a, core(x)[0])
+
+
+# ---------------------------------------------------------------- the bfloat16 paths
+CPU = torch.device("cpu")
+# bfloat16 keeps 8 bits of mantissa: one rounding is 2^-8 relative, and a projection, two
+# attention matmuls and an output projection compound a few of them
+BF16_TOL = dict(atol=3e-2, rtol=3e-2)
+
+
+def _mask_kwargs(masks):
+    kwargs = {}
+    if "padding" in masks:
+        kwargs["key_padding_mask"] = _padding_mask()
+    if "causal" in masks:
+        kwargs["is_causal"] = True
+    if masks == "bool":
+        kwargs["attn_mask"] = _bool_mask()
+    if masks == "per_head":
+        kwargs["attn_mask"] = torch.randn(B * H, L, L)
+    return kwargs
+
+
+@pytest.mark.parametrize("path", ["sdpa", "matmul"])
+@pytest.mark.parametrize("masks", ["none", "padding", "causal", "bool", "per_head", "padding+causal"])
+def test_bf16_paths_match_the_float32_reference(path, masks):
+    from models.attention import use_attention_path
+
+    _, core = _pair()
+    x = torch.randn(B, L, E, requires_grad=True)
+    kwargs = _mask_kwargs(masks)
+    expected = core(x, **kwargs)[0]
+    (expected_grad,) = torch.autograd.grad(expected.sum(), x)
+    with use_attention_path(path, CPU, torch.bfloat16), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = core(x, **kwargs)[0]
+    assert out.dtype == torch.bfloat16
+    (grad,) = torch.autograd.grad(out.float().sum(), x)
+    torch.testing.assert_close(out.float(), expected, **BF16_TOL)
+    torch.testing.assert_close(grad, expected_grad, **BF16_TOL)
+    if "padding" in masks:  # a padded key gets no weight: moving it moves nothing
+        x2 = x.detach().clone()
+        x2[0, -1] += 5.0
+        with use_attention_path(path, CPU, torch.bfloat16), torch.autocast("cpu", dtype=torch.bfloat16):
+            moved = core(x2, **kwargs)[0]
+        torch.testing.assert_close(moved[0, :-2], out[0, :-2].detach(), atol=0, rtol=0)
+
+
+def test_float32_matmul_path_matches_sdpa_to_float32_precision():
+    from models.attention import use_attention_path
+
+    _, core = _pair()
+    x = torch.randn(B, L, E)
+    kwargs = _mask_kwargs("padding+causal")
+    with use_attention_path("matmul", CPU, torch.float32):
+        fast = core(x, **kwargs)[0]
+    torch.testing.assert_close(fast, core(x, **kwargs)[0], **TOL)
+
+
+def test_path_choice_follows_the_faster_measurement(monkeypatch):
+    import models.attention as attention
+
+    monkeypatch.setattr(attention, "_chosen", {})
+    monkeypatch.setattr(attention, "measure_paths", lambda device, dtype: {"sdpa": 2.0, "matmul": 1.0})
+    assert attention.attention_path(CPU, torch.bfloat16) == "matmul"
+    assert attention.attention_path(CPU, torch.float32) == "sdpa"  # the reference path, never timed
+    monkeypatch.setattr(attention, "measure_paths", lambda device, dtype: {"sdpa": 1.0, "matmul": 2.0})
+    assert attention.attention_path(CPU, torch.float16) == "sdpa"
+    assert attention.attention_path(CPU, torch.bfloat16) == "matmul"  # kept for the process
+    assert attention.attention_path(torch.device("cuda"), torch.bfloat16) == "sdpa"
+
+
+def test_measured_paths_time_both():
+    from models.attention import measure_paths
+
+    timings = measure_paths(CPU, torch.bfloat16, batch=2, heads=2, seq_len=16, head_dim=8, rounds=1)
+    assert set(timings) == {"sdpa", "matmul"} and all(0 < t < 10 for t in timings.values())
+
+
+def test_unknown_path_is_refused():
+    from models.attention import use_attention_path
+
+    pinned = use_attention_path("flash", CPU, torch.bfloat16)
+    with pytest.raises(ValueError, match="unknown attention path"), pinned:
+        pass

@@ -484,9 +484,10 @@ CATALOGUE: dict[str, Case] = {
     "speed-run-override-malformed": Case(["speed", "attention.enabled=false",
                                           "tasks.run_overrides=['model.dim=[1']"],
                                          "cannot read the override 'model.dim=[1'"),
-    "speed-run-override-contradicts": Case(["speed", "attention.enabled=false",
+    "speed-run-override-contradicts": Case(["speed", "attention.enabled=false", "dtypes=[float32]",
                                             "tasks.run_overrides=['trainer.dtype=bf16']"],
-                                           "but mhab speed measures under dtype=float32"),
+                                           "but mhab speed measures under dtypes=[float32]"),
+    "speed-dtype-twice": Case(["speed", "dtypes=[bf16,bf16]"], "names a precision twice"),
 }
 
 

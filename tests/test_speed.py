@@ -152,7 +152,12 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "speed.csv")
     attention = frame[frame["section"] == "attention"]
-    assert len(attention) == 2 * 5 * 2  # lengths x impls x modes
+    assert len(attention) == 2 * 5 * 2 * 2  # lengths x impls x modes x dtypes
+    assert set(attention["dtype"]) == {"float32", "bf16"}
+    core = attention[attention["model"] == "core"]
+    assert set(core.loc[core["dtype"] == "float32", "attention_path"]) == {"sdpa"}
+    assert set(core.loc[core["dtype"] == "bf16", "attention_path"]) <= {"sdpa", "matmul"}
+    assert attention.loc[attention["model"] != "core", "attention_path"].isna().all()
     assert set(attention["model"]) == {"core", "torch", "torch_no_weights", "timm", "projections"}
     ok = attention[attention["status"] == "ok"]
     expected = [speed.step_flops(speed.impl_flops(i, 2, n, 32), m) / 1e9
@@ -161,21 +166,24 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     assert (ok["tokens_per_s"] == ok["samples_per_s"] * ok["seq_len"]).all()
     share = ok["achieved_gflop_s"] / ok["matmul_peak_gflop_s"]
     assert ok["peak_share"].tolist() == pytest.approx(share.tolist())
+    # each precision against its own matmul peak
+    assert frame.groupby("dtype")["matmul_peak_gflop_s"].nunique().tolist() == [1, 1]
     tasks = frame[frame["section"] == "task"]
-    assert sorted(tasks["model"] + "/" + tasks["mode"]) == [
-        "image/digits:attention/infer", "image/digits:attention/train",
-        "image/digits:gru/infer", "image/digits:gru/train"]
+    assert sorted(tasks["model"] + "/" + tasks["mode"] + "/" + tasks["dtype"]) == [
+        f"image/digits:{model}/{mode}/{dtype}" for model in ("attention", "gru")
+        for mode in ("infer", "train") for dtype in ("bf16", "float32")]
     train = tasks[tasks["mode"] == "train"]
     assert (train["engine_samples_per_s"] > 0).all() and train["data_share"].notna().all()
     assert train["engine_overhead_ci_low"].isna().all()  # one repeat: no CI
     # The reference point is the (B=32, L=128, D=256, H=8), whatever the grid's width.
     reference = frame[frame["section"] == "reference"]
-    assert sorted(reference.groupby("round")["model"].apply(sorted).tolist()) == [
-        sorted(["core", "torch", "torch_no_weights", "timm", "projections"])] * 2
+    assert sorted(reference.groupby(["round", "dtype"])["model"].apply(sorted).tolist()) == [
+        sorted(["core", "torch", "torch_no_weights", "timm", "projections"])] * 2 * 2
     assert (reference["dim"] == 256).all() and (reference["seq_len"] == 128).all()
     assert reference["round_peak_share"].dropna().tolist() == pytest.approx(
         (reference["achieved_gflop_s"] / reference["round_peak_gflop_s"]).dropna().tolist())
     assert "core / torch step time" in out.stdout and "medians over 2 rounds" in out.stdout
+    assert "core bf16 speed-up" in out.stdout and "training samples/s by precision" in out.stdout
     assert (tmp_path / "speed.parquet").is_file()
 
 
@@ -183,7 +191,9 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("attention.num_heads=3", "attention.num_heads=3 does not divide attention.dim=256"),
     ("attention.impls=[flash]",
      "attention.impls[0] must be one of core, torch, torch_no_weights, timm, projections"),
-    ("dtype=fp8", "dtype must be float32 or bf16"),
+    ("dtypes=[fp8]", "dtypes must be float32 or bf16"),
+    ("dtypes=[]", "dtypes is empty"),
+    ("dtype=bf16", "unknown config key 'dtype'"),
     ("iters=0", "iters must be >= 1, got 0"),
     ("iters=abc", "iters must be an integer, got 'abc'"),
     ("attention.reference_rounds=-1", "attention.reference_rounds must be >= 0, got -1"),
@@ -198,12 +208,13 @@ def test_speed_command_writes_a_table_the_report_reads(tmp_path):
     ("tasks.min_seconds=inf", "tasks.min_seconds must be a finite number, got inf"),
     ("compile=turbo", "compile must be true, false or a torch.compile backend"),
     ("tasks.run_overrides=['trainer.ema_decay=2']", "trainer.ema_decay must be > 0 and < 1"),
-    ("tasks.run_overrides=['trainer.dtype=bf16']",
-     "tasks.run_overrides sets trainer.dtype=bf16 but mhab speed measures under dtype=float32; set dtype="),
+    ("dtypes=[float32] tasks.run_overrides=['trainer.dtype=bf16']",
+     "tasks.run_overrides sets trainer.dtype=bf16 but mhab speed measures under dtypes=[float32]; "
+     "set dtypes="),
 ])
 @pytest.mark.slow
 def test_speed_bad_input_is_one_line(tmp_path, override, message):
-    out = run_cli("speed", f"results_dir={tmp_path}", override)
+    out = run_cli("speed", f"results_dir={tmp_path}", *override.split(" "))  # no override has a space
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
@@ -221,7 +232,7 @@ def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
                                    "attention.dim=32", "attention.num_heads=4", "warmup=0", "iters=1",
                                    "attention.repeats=1", "attention.impls=[core,torch]",
                                    "attention.sdpa_backends=[math,flash,efficient]"], "speed")
-    rows = pd.DataFrame(speed.attention_rows(cfg, torch.device("cpu"), False, []))
+    rows = pd.DataFrame(speed.attention_rows(cfg, torch.device("cpu"), False, [], "float32"))
     ran = {(r.model, r.mode, r.sdpa_backend): r.status for r in rows.itertuples()}
     assert len(ran) == len(rows) == 2 * (3 + 1)  # modes x (core under 3 kernels + torch once)
     assert {b for m, _, b in ran if m == "torch"} == {"math"}
@@ -230,7 +241,8 @@ def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
 
     rows["section"] = "attention"
     choice = speed_analysis.backend_choice(rows)
-    assert list(choice.columns) == ["mode", "batch_size", "seq_len", "math", "flash", "efficient", "fastest"]
+    assert list(choice.columns) == ["dtype", "mode", "batch_size", "seq_len", "math", "flash", "efficient",
+                                    "fastest"]
     assert choice["efficient"].isna().all()
     for r in choice.itertuples():
         assert r.fastest == ("math" if r.math < r.flash else "flash")

@@ -22,7 +22,8 @@ class Column:
     aggregate: str | None = None  # how seeds combine (a pandas aggregation); None: not aggregated
     aggregated_as: str | None = None  # the aggregate's column name, when not ``name``
     header: str | None = None  # the report's per-task table heads it so; None: not shown there
-    header_only_if_any: bool = False  # shown there only where some row has a value
+    # whether the report's table shows it, given the column's values there; default: always
+    header_shown: Callable[[Any], bool] = lambda values: True
     format: Callable[[Any], str] = fmt  # how its numbers are written for reading
     in_run_list: bool = False  # shown in ``mhab table``'s list of runs
     read: Callable[[dict], Any] | None = None  # from a record; default ``record[name]``
@@ -33,6 +34,10 @@ class Column:
 
     def value(self, record: dict) -> Any:
         return self.read(record) if self.read else record.get(self.name)
+
+
+def _trainer(key: str, absent: Any) -> Callable[[dict], Any]:
+    return lambda record: ((record.get("config") or {}).get("trainer") or {}).get(key, absent)
 
 
 def _environment(key: str) -> Callable[[dict], Any]:
@@ -57,7 +62,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("setting", "empty, unless the same task, dataset, model and variant was run with different "
            "configs: then the keys that differ, such as `trainer.epochs=10` (so different experiments "
            "are never averaged as seeds of one)",
-           header="setting", header_only_if_any=True, format=str, in_run_list=True,
+           header="setting", header_shown=lambda values: values.astype(bool).any(), format=str,
+           in_run_list=True,
            read=lambda record: None),  # set by the table, from every record of the group
     Column("seed", "the run's seed", aggregate="nunique", aggregated_as="seeds", header="seeds",
            format=whole, in_run_list=True),
@@ -91,6 +97,13 @@ COLUMNS: tuple[Column, ...] = (
            aggregate="mean", header="epochs", format=lambda value: fmt(value, 3)),
     Column("wall_time_s", "wall time of the run, data loading to last measurement", aggregate="mean",
            header="wall (min)", format=scaled(60, 3), in_run_list=True),
+    Column("dtype", "`float32`, or `bf16` (autocast to bfloat16); the report's tables show it where "
+           "a run is not float32", aggregate="first", header="dtype",
+           header_shown=lambda values: set(values.dropna()) - {"float32"} != set(), format=str,
+           read=_trainer("dtype", "float32")),
+    Column("attention_path", "the attention core's path: `sdpa` (torch's fused kernel) or `matmul` "
+           "(explicit matmuls, faster in bfloat16 on a CPU with AMX); empty without the core",
+           aggregate="first"),
     Column("device", "`cpu` or `cuda`", read=_environment("device")),
     Column("device_name", "the processor or GPU model", read=_environment("device_name")),
     Column("study", "`mhab tune`'s study the run belongs to (empty for a plain run)", aggregate="first",

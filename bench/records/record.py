@@ -176,6 +176,7 @@ class RunRecord(TypedDict, total=False):
     checkpoint_selection: str
     history: list[dict[str, Any]]
     train_seconds: Number
+    attention_path: str | None  # sdpa | matmul: the core's path under the run's dtype; None without it
     train_samples_per_s: Number | None
     train_timed_steps: int
     flops_per_sample: Number | None

@@ -116,7 +116,7 @@ def _results_table(group: pd.DataFrame, metric: str) -> pd.DataFrame:
     table = {}
     for column in (c for c in COLUMNS if c.header):
         values = group.get(column.aggregate_name)
-        if values is None or (column.header_only_if_any and not values.astype(bool).any()):
+        if values is None or not column.header_shown(values):
             continue
         table[column.header] = values.map(column.format)
         if column.aggregate_name == "seeds":
@@ -224,17 +224,21 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed.analysis import backend_choice, reference_summary, targets
+    from bench.speed.analysis import backend_choice, precision_speedups, reference_summary, targets
 
     context = speed.iloc[0]
     measured = speed[speed["section"] == "attention"]
     backends = list(dict.fromkeys(measured.get("sdpa_backend", pd.Series(dtype=str)).dropna()))
     attention = measured[measured["status"] == "ok"].copy()
-    s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads), torch "
-           f"{context['torch']}, dtype {context['dtype']}, torch.compile: {context['compile']}, "
+    dtypes = list(dict.fromkeys(speed["dtype"]))
+    s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads, bfloat16 "
+           f"hardware: {context.get('cpu_bf16_flags', 'not recorded')}), torch {context['torch']}, "
+           f"dtype{'s' if len(dtypes) > 1 else ''} {', '.join(dtypes)}, torch.compile: {context['compile']}, "
            f"SDPA backend{'s' if len(backends) > 1 else ''}: {', '.join(backends) or 'auto'}.")
     if len(backends) > 1:  # one line per impl and pinned kernel
         attention["model"] = attention["model"] + " [" + attention["sdpa_backend"] + "]"
+    if len(dtypes) > 1:  # and per precision
+        attention["model"] = attention["model"] + " " + attention["dtype"]
     train = attention[attention["mode"] == "train"]
     if not train.empty:
         batch = int(train["batch_size"].min())
@@ -242,10 +246,12 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
         fig = _against_length(curve, ("tokens_per_s", "tokens/s"), ("peak_memory_mb", "memory (MiB)"))
         s.figure(
             f"Speed benchmark, forward+backward at batch {batch}, width {int(curve['dim'].iloc[0])}, "
-            f"{int(curve['num_heads'].iloc[0])} heads, {context['dtype']}, on {context['device_name']} "
+            f"{int(curve['num_heads'].iloc[0])} heads, {', '.join(dtypes)}, on {context['device_name']} "
             f"({context['threads']} threads): tokens/s and memory ({curve['memory_kind'].iloc[0]}) "
             f"against sequence length.", fig)
-        s.text(f"Matmul peak measured in the same run: {context['matmul_peak_gflop_s']:.1f} GFLOP/s.")
+        peaks = speed.groupby("dtype", sort=False)["matmul_peak_gflop_s"].first()
+        s.text("Matmul peak measured in the same run: " + ", ".join(
+            f"{peak:.1f} GFLOP/s in {dtype}" for dtype, peak in peaks.items()) + ".")
         s.table(attention[["model", "mode", "batch_size", "seq_len", "step_ms", "tokens_per_s",
                            "achieved_gflop_s", "peak_share", "peak_memory_mb"]])
     if not (choice := backend_choice(speed)).empty:
@@ -261,10 +267,14 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
         s.table(goals)
     tasks = speed[speed["section"] == "task"]
     if not tasks.empty:
-        columns = ["model", "mode", "batch_size", "params", "step_ms", "samples_per_s",
+        columns = ["model", "dtype", "mode", "batch_size", "params", "step_ms", "samples_per_s",
                    "achieved_gflop_s", "peak_share", "engine_overhead", "engine_overhead_ci_low",
                    "engine_overhead_ci_high", "data_share"]
         s.table(tasks[[c for c in columns if c in tasks]])
+    if not (speedups := precision_speedups(speed)).empty:
+        s.text("Training samples/s of each task model in float32 and in bfloat16, with the attention "
+               "core's path in bfloat16.")
+        s.table(speedups)
 
 
 def _against_length(frame: pd.DataFrame, *columns: tuple[str, str]):

@@ -11,12 +11,17 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 
 import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.run.environment import cpu_bf16_flags
+from models.attention import MultiHeadAttention, attention_path
+
+log = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bf16")
 CXX_COMPILERS = ("c++", "g++", "clang++")
@@ -57,6 +62,27 @@ def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextMana
         raise BenchError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; "
                          f"use dtype float32")
     return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def compute_dtype(dtype: str) -> torch.dtype:
+    """The dtype the matmuls run in under ``dtype``."""
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
+
+
+def warn_if_emulated(device: torch.device, dtype: str) -> None:
+    """One line when bfloat16 would run on a CPU without bfloat16 hardware: torch then emulates
+    it, slower than float32. A warning, not a refusal: the numbers stay right, only slower."""
+    if dtype == "bf16" and device.type == "cpu" and not cpu_bf16_flags():
+        log.warning("dtype bf16 on a CPU without bfloat16 hardware (/proc/cpuinfo lists none of "
+                    "amx_bf16, avx512_bf16): torch emulates it, slower than float32; use dtype float32 here")
+
+
+def model_attention_path(model: nn.Module, device: torch.device, dtype: str) -> str | None:
+    """The path the attention core takes in ``model`` under ``dtype`` (``sdpa`` or ``matmul``,
+    chosen now, before any step is timed or compiled); None for a model without the core."""
+    if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
+        return None
+    return attention_path(device, compute_dtype(dtype))
 
 
 def compile_model(model: nn.Module, setting: object) -> nn.Module:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from bench.errors import RunFailed
 from bench.records.atomic import atomic_torch_save, load_state_dict
 from bench.run import measure
-from bench.run.acceleration import autocast, compile_model
+from bench.run.acceleration import autocast, compile_model, model_attention_path, warn_if_emulated
 from bench.run.final import measure_final
 from bench.run.loggers import RunLogger
 from bench.task import Batch, Splits, Task
@@ -132,15 +132,17 @@ def fit(
                                cfg.get("max_tokens"))
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     precision = functools.partial(autocast, device, cfg.dtype)
+    warn_if_emulated(device, cfg.dtype)
+    path = {"attention_path": model_attention_path(model, device, cfg.dtype)}
     trained = train(task, model, train_loader, val_loader, cfg, device, run_dir, precision, progress,
                     log_every_s, logger)
     if not test:
-        return {**trained, "test_metric": None, **measure.peak_memory_mb(device)}
+        return {**trained, **path, "test_metric": None, **measure.peak_memory_mb(device)}
     test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     model.load_state_dict(load_state_dict(run_dir / CHECKPOINT))
     final = measure_final(task, model.eval(), splits, test_loader, device, run_dir, precision,
                           cfg.infer_iters)
-    return {**trained, **final}
+    return {**trained, **path, **final}
 
 
 def train(

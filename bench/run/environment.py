@@ -24,6 +24,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# What /proc/cpuinfo lists for bfloat16 in hardware: AMX's matrix tiles, and AVX512's dot
+# products. Without either, torch emulates bfloat16 arithmetic in float32, slower than float32.
+BF16_CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16")
+
+
+def cpu_bf16_flags() -> list[str]:
+    """Which of ``BF16_CPU_FLAGS`` this processor has (empty where /proc/cpuinfo is not)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            present = set(line.split(":", 1)[1].split())
+            return [flag for flag in BF16_CPU_FLAGS if flag in present]
+    return []
+
+
 def git_revision() -> str | None:
     try:
         rev = subprocess.run(
@@ -89,6 +107,7 @@ def environment(device: torch.device) -> dict:
         "device": str(device),
         "device_name": gpu or cpu_model(),
         "cpu": cpu_model(),
+        "cpu_bf16_flags": cpu_bf16_flags(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),

@@ -28,6 +28,12 @@ GOALS = {
     "core_vs_torch": Goal("core / torch step time (fwd+bwd)", 0.55, higher_is_better=False),
     "core_vs_timm": Goal("core / timm step time (fwd+bwd)", 1.05, higher_is_better=False),
     "peak_share": Goal("core share of its round's matmul peak (fwd+bwd)", 0.70, higher_is_better=True),
+    # bfloat16 on matrix units (AMX): the matmuls speed up 4-6x, the softmax and the copies
+    # between them do not, so the share of the (much higher) peak is lower
+    "peak_share_bf16": Goal("core share of its round's bf16 matmul peak (fwd+bwd)", 0.50,
+                            higher_is_better=True),
+    "bf16_speedup": Goal("core bf16 speed-up: float32 / bf16 step time (fwd+bwd)", 2.0,
+                         higher_is_better=True),
     "engine_overhead": Goal("engine overhead", 0.05, higher_is_better=False),
     "data_share": Goal("data time / step time", 1.0, higher_is_better=False),
 }
@@ -62,6 +68,27 @@ def reference_summary(frame: pd.DataFrame) -> str | None:
             f"matmul peaks ran from {peaks.min():.1f} to {peaks.max():.1f} GFLOP/s")
 
 
+def _dtypes(frame: pd.DataFrame) -> pd.Series:
+    """Each row's precision; a speed.csv from before ``dtypes`` measured one, named per row."""
+    return frame["dtype"] if "dtype" in frame else pd.Series("float32", index=frame.index)
+
+
+def precision_speedups(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each task model's training samples/s in each precision and bf16's speed-up over float32;
+    empty unless the run measured both."""
+    tasks = frame[(frame["section"] == "task") & (frame["mode"] == "train")]
+    if tasks.empty or not {"float32", "bf16"} <= set(_dtypes(tasks)):
+        return pd.DataFrame()
+    table = tasks.pivot_table(index="model", columns="dtype", values="samples_per_s", sort=False)
+    table = table.rename(columns={"float32": "float32 samples/s", "bf16": "bf16 samples/s"})
+    table["bf16 / float32"] = table["bf16 samples/s"] / table["float32 samples/s"]
+    paths = tasks[tasks["dtype"] == "bf16"].set_index("model").get("attention_path")
+    if paths is not None:
+        table["bf16 attention path"] = paths.reindex(table.index).fillna("-")
+    table.columns.name = None
+    return table.reset_index()
+
+
 def backend_choice(frame: pd.DataFrame) -> pd.DataFrame:
     """The core's step time (ms) at each grid point and mode under each pinned SDPA kernel, and
     the fastest of them; empty unless the run measured several (``attention.sdpa_backends``).
@@ -70,7 +97,8 @@ def backend_choice(frame: pd.DataFrame) -> pd.DataFrame:
     if "sdpa_backend" not in core or core["sdpa_backend"].nunique() < 2:
         return pd.DataFrame()
     ok = core[core["status"] == "ok"]
-    table = ok.pivot_table(index=["mode", "batch_size", "seq_len"], columns="sdpa_backend",
+    index = ["dtype", "mode", "batch_size", "seq_len"] if "dtype" in ok else ["mode", "batch_size", "seq_len"]
+    table = ok.pivot_table(index=index, columns="sdpa_backend",
                            values="step_ms").reindex(columns=list(dict.fromkeys(core["sdpa_backend"])))
     table = table.dropna(how="all")  # a point no kernel could run has only its status rows
     table["fastest"] = table.idxmin(axis=1)
@@ -105,29 +133,41 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
 
     ref = frame[frame["section"] == "reference"]
     ref = ref[ref["status"] == "ok"] if not ref.empty else ref
-    if not ref.empty:
-        step = ref.pivot_table(index="round", columns="model", values="step_ms")
-        hint = "raise attention.reference_rounds or quiet the machine"
+    hint = "raise attention.reference_rounds or quiet the machine"
 
-        def judged(goal: Goal, per_round: pd.Series) -> None:
-            value, low, high = median_ci(per_round.dropna().tolist())
-            add(goal.name, value, *verdict(value, low, high, goal.value, goal.higher_is_better, hint),
-                low, high)
+    def judged(goal: Goal, per_round: pd.Series, name: str) -> None:
+        value, low, high = median_ci(per_round.dropna().tolist())
+        add(name, value, *verdict(value, low, high, goal.value, goal.higher_is_better, hint), low, high)
 
+    by_dtype = dict(list(ref.groupby(_dtypes(ref), sort=False))) if not ref.empty else {}
+    for dtype, part in by_dtype.items():
+        suffix = "" if len(by_dtype) == 1 else f", {dtype}"
+
+        def named(name: str, suffix: str = suffix) -> str:
+            return name + suffix
+
+        step = part.pivot_table(index="round", columns="model", values="step_ms")
         for impl, goal in (("torch", GOALS["core_vs_torch"]), ("timm", GOALS["core_vs_timm"])):
             if {"core", impl} <= set(step):
-                judged(goal, step["core"] / step[impl])
+                judged(goal, step["core"] / step[impl], named(goal.name))
         if {"projections", "torch"} <= set(step):  # what the core/torch ratio cannot go below
             floor, low, high = median_ci((step["projections"] / step["torch"]).dropna().tolist())
-            add("floor: projections alone / torch", floor, "(bound for core / torch)", None, low, high)
+            add(named("floor: projections alone / torch"), floor, "(bound for core / torch)", None,
+                low, high)
         if "core" in step:
-            shares = ref[ref["model"] == "core"].set_index("round")["round_peak_share"]
+            goal = GOALS["peak_share_bf16" if dtype == "bf16" else "peak_share"]
+            shares = part[part["model"] == "core"].set_index("round")["round_peak_share"]
             share, low, high = median_ci(shares.dropna().tolist())
             if share > 1:  # no kernel beats the matmul it is made of: the peak was measured low
-                add(GOALS["peak_share"].name, share, "none: a share above 1 means the rounds' matmul "
+                add(named(goal.name), share, "none: a share above 1 means the rounds' matmul "
                     "peaks were measured on a loaded machine; rerun it quiet", None, low, high)
             else:
-                judged(GOALS["peak_share"], shares)
+                judged(goal, shares, named(goal.name))
+    if {"float32", "bf16"} <= set(by_dtype):
+        core = ref[ref["model"] == "core"]
+        core = core.pivot_table(index="round", columns=_dtypes(core), values="step_ms")
+        goal = GOALS["bf16_speedup"]
+        judged(goal, core["float32"] / core["bf16"], goal.name)
     tasks = frame[(frame["section"] == "task") & (frame["mode"] == "train")]
     if not tasks.empty:
         overhead_goal, data_goal = GOALS["engine_overhead"], GOALS["data_share"]

@@ -3,8 +3,9 @@
 (a) The core against ``nn.MultiheadAttention`` and timm's ``Attention``, forward and
 forward+backward, over a grid of batch sizes and sequence lengths. (b) Each task's attention
 and RNN models: a bare training loop, inference, the engine's own loop on the same model and
-the data pipeline alone. Every row carries the share of a matmul peak measured in the same
-run, so a number can be read against what the machine can do.
+the data pipeline alone. Each in every precision of ``dtypes``. Every row carries the share of
+the matmul peak of its precision measured in the same run, so a number can be read against
+what the machine can do.
 """
 
 from __future__ import annotations
@@ -29,15 +30,24 @@ from tqdm import tqdm
 
 from bench.errors import BenchError
 from bench.run import measure
-from bench.run.acceleration import autocast, check_compile, check_dtype, compile_backend, compile_model
+from bench.run.acceleration import (
+    autocast,
+    check_compile,
+    check_dtype,
+    compile_backend,
+    compile_model,
+    compute_dtype,
+    model_attention_path,
+    warn_if_emulated,
+)
 from bench.run.engine import build_ema, build_optimizer, fit, train_step
-from bench.run.environment import cpu_model, resolve_device
+from bench.run.environment import cpu_bf16_flags, cpu_model, resolve_device
 from bench.setup.build import Setup, build, check_progress
 from bench.setup.build import validate as validate_run
 from bench.setup.compose import compose_config, parse_overrides
 from bench.setup.schema import check_section, dataclass_hints
 from bench.speed.analysis import TARGET, paired_overhead
-from models.attention import MultiHeadAttention
+from models.attention import MultiHeadAttention, attention_path
 from models.settings import AT_LEAST_1, NON_NEGATIVE
 
 ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm", "projections")
@@ -88,10 +98,11 @@ def grid(batch_sizes: list[int], seq_lens: list[int], max_tokens: int) -> list[t
 
 
 # ---------------------------------------------------------------- timing
-def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
-    """Best of ``repeats`` timed runs of a size^3 float32 matmul, in GFLOP/s."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+def matmul_peak_gflops(device: torch.device, size: int = 1024, repeats: int = 5,
+                       dtype: str = "float32") -> float:
+    """Best of ``repeats`` timed runs of a size^3 matmul in ``dtype``'s precision, in GFLOP/s."""
+    a = torch.randn(size, size, device=device, dtype=compute_dtype(dtype))
+    b = torch.randn(size, size, device=device, dtype=compute_dtype(dtype))
     best = min(measure.time_calls(lambda: a @ b, device, warmup=2, iters=repeats))
     return 2.0 * size**3 / best / 1e9
 
@@ -159,15 +170,16 @@ def _memory(device: torch.device, run: Callable[[], Any], mode: str) -> tuple[fl
 
 
 def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, heads: int,
-                      cfg: DictConfig, device: torch.device, backend: str = "auto") -> dict:
-    """One row: ``impl`` timed at one grid point, SDPA pinned to ``backend``."""
+                      cfg: DictConfig, device: torch.device, backend: str = "auto",
+                      dtype: str = "float32") -> dict:
+    """One row: ``impl`` timed at one grid point in ``dtype``, SDPA pinned to ``backend``."""
     module, call = build_attention(impl, dim, heads)
     module = module.to(device).train(mode == "train")
     runner = compile_model(module, cfg.compile)
     x = torch.randn(batch, seq_len, dim, device=device, requires_grad=mode == "train")
 
     def forward() -> Tensor:
-        with autocast(device, cfg.dtype), sdpa_backend(backend):
+        with autocast(device, dtype), sdpa_backend(backend):
             return call(runner, x)
 
     def step() -> None:
@@ -178,7 +190,8 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, 
                 forward()
 
     row = {"section": "attention", "model": impl, "mode": mode, "batch_size": batch,
-           "seq_len": seq_len, "dim": dim, "num_heads": heads, "sdpa_backend": backend}
+           "seq_len": seq_len, "dim": dim, "num_heads": heads, "sdpa_backend": backend, "dtype": dtype,
+           "attention_path": attention_path(device, compute_dtype(dtype)) if impl == "core" else None}
     try:
         times = measure.time_calls(step, device, cfg.warmup, cfg.iters)
         memory, kind = _memory(device, forward if mode == "train" else step, mode)
@@ -193,10 +206,11 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, 
             "peak_memory_mb": memory, "memory_kind": kind}
 
 
-def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks: list[float]) -> list[dict]:
-    """The grid, measured ``attention.repeats`` times in rounds, keeping each point's fastest
-    round: a burst of load on a shared machine rarely hits the same point twice. Each round
-    also measures the matmul peak into ``peaks``."""
+def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks: list[float],
+                   dtype: str) -> list[dict]:
+    """The grid in ``dtype``, measured ``attention.repeats`` times in rounds, keeping each
+    point's fastest round: a burst of load on a shared machine rarely hits the same point twice.
+    Each round also measures ``dtype``'s matmul peak into ``peaks``."""
     a = cfg.attention
     points = grid(list(a.batch_sizes), list(a.seq_lens), a.max_tokens)
     # Past the first backend only the impls that call SDPA: the others would time the same code.
@@ -205,11 +219,12 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
             if i == 0 or impl in CALLS_SDPA]
     best: dict[tuple, dict] = {}
     for round_ in range(a.repeats):
-        peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
-        for job in tqdm(jobs, desc=f"attention, round {round_ + 1}/{a.repeats}", disable=not progress):
+        peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats, dtype))
+        for job in tqdm(jobs, desc=f"attention {dtype}, round {round_ + 1}/{a.repeats}",
+                        disable=not progress):
             torch.manual_seed(cfg.seed)
             impl, mode, b, n, backend = job
-            row = measure_attention(impl, mode, b, n, a.dim, a.num_heads, cfg, device, backend)
+            row = measure_attention(impl, mode, b, n, a.dim, a.num_heads, cfg, device, backend, dtype)
             kept = best.get(job)
             if kept is None or (row["status"] == "ok" and (kept["status"] != "ok"
                                                            or row["step_ms"] < kept["step_ms"])):
@@ -217,28 +232,31 @@ def attention_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks:
     return list(best.values())
 
 
-def reference_rows(cfg: DictConfig, device: torch.device, progress: bool, peaks: list[float]) -> list[dict]:
+def reference_rows(cfg: DictConfig, device: torch.device, progress: bool,
+                   peaks: dict[str, list[float]]) -> list[dict]:
     """The issue's reference point (``TARGET``, forward+backward), measured in
-    ``attention.reference_rounds`` rounds. Each round measures its own matmul peak first and
-    then every impl, starting one impl later than the round before, so each of the round's
-    ratios is taken between measurements seconds apart. ``targets`` takes the median over the
-    rounds: on a machine whose speed drifts, a ratio of bests from different minutes is not."""
+    ``attention.reference_rounds`` rounds. Each round measures, in each precision of ``dtypes``,
+    its matmul peak first and then every impl, starting one impl later than the round before,
+    so each of the round's ratios (between impls, and between precisions) is taken between
+    measurements seconds apart. ``targets`` takes the median over the rounds: on a machine
+    whose speed drifts, a ratio of bests from different minutes is not."""
     impls = list(cfg.attention.impls)
     rows = []
     for round_ in tqdm(range(cfg.attention.reference_rounds), desc="reference point",
                        disable=not progress):
-        peak = matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats)
-        peaks.append(peak)
         shift = round_ % len(impls)
-        for impl in impls[shift:] + impls[:shift]:
-            torch.manual_seed(cfg.seed)
-            row = measure_attention(impl, "train", TARGET["batch_size"], TARGET["seq_len"],
-                                    TARGET["dim"], TARGET["num_heads"], cfg, device,
-                                    cfg.attention.sdpa_backends[0])
-            row.update(section="reference", round=round_, round_peak_gflop_s=peak)
-            if row["status"] == "ok":
-                row["round_peak_share"] = row["achieved_gflop_s"] / peak
-            rows.append(row)
+        for dtype in cfg.dtypes:
+            peak = matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats, dtype)
+            peaks[dtype].append(peak)
+            for impl in impls[shift:] + impls[:shift]:
+                torch.manual_seed(cfg.seed)
+                row = measure_attention(impl, "train", TARGET["batch_size"], TARGET["seq_len"],
+                                        TARGET["dim"], TARGET["num_heads"], cfg, device,
+                                        cfg.attention.sdpa_backends[0], dtype)
+                row.update(section="reference", round=round_, round_peak_gflop_s=peak)
+                if row["status"] == "ok":
+                    row["round_peak_share"] = row["achieved_gflop_s"] / peak
+                rows.append(row)
     return rows
 
 
@@ -250,15 +268,17 @@ def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
     run_cfg.device = cfg.device
     validate_run(run_cfg)  # the same one-line errors as 'mhab run' for impossible recipes
     # The bare loop and the engine both train as the recipe would under speed's own options,
-    # which a run override must not contradict unseen.
+    # which a run override must not contradict unseen. trainer.dtype is set per measured dtype.
     parsed = parse_overrides(list(cfg.tasks.run_overrides))
     overridden = {override.key_or_group for override in parsed}
-    for key, value in (("dtype", cfg.dtype), ("compile", cfg.compile)):
-        if f"trainer.{key}" in overridden and run_cfg.trainer[key] != value:
+    dtypes = list(cfg.dtypes)
+    for key, speed_key, value, measured in (("dtype", "dtypes", f"[{','.join(dtypes)}]", dtypes),
+                                            ("compile", "compile", cfg.compile, [cfg.compile])):
+        if f"trainer.{key}" in overridden and run_cfg.trainer[key] not in measured:
             raise BenchError(f"tasks.run_overrides sets trainer.{key}={run_cfg.trainer[key]} but mhab "
-                             f"speed measures under {key}={value}; set {key}= instead (it applies "
-                             f"to the attention grid and every task model)")
-        run_cfg.trainer[key] = value
+                             f"speed measures under {speed_key}={value}; set {speed_key}= instead (it "
+                             f"applies to the attention grid and every task model)")
+    run_cfg.trainer.compile = cfg.compile
     return run_cfg
 
 
@@ -317,7 +337,7 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
     task, splits, model = setup.task, setup.splits, setup.model
     initial = copy.deepcopy(model.state_dict())
     compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
-    t = run_cfg.trainer
+    t, dtype = run_cfg.trainer, run_cfg.trainer.dtype
     loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers, t.batching,
                          t.get("max_tokens"))
     batches = _in_memory_batches(task, loader, cfg.warmup + cfg.tasks.timed_steps, device)
@@ -331,7 +351,8 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
     forward_flops = measure.flops_per_sample(model, example) * batch_size
     base = {"section": "task", "model": f"{task.name}/{task.dataset}:{setup.model_label(run_cfg.model)}",
             "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok",
-            "sdpa_backend": "auto"}  # task models run under torch's own choice of kernel
+            "sdpa_backend": "auto",  # task models run under torch's own choice of kernel
+            "dtype": dtype, "attention_path": model_attention_path(model, device, dtype)}
 
     bare, engine = [], []
     for _ in range(cfg.tasks.repeats):
@@ -349,11 +370,11 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
              "engine_overhead_ci_high": ci_high,
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
     model.train()
-    with autocast(device, cfg.dtype):
+    with autocast(device, dtype):
         train["peak_memory_mb"] = measure.activation_memory_mb(lambda: task.loss(model, batches[0]))
     train["memory_kind"] = "saved_activations"
     model.eval()
-    with torch.no_grad(), autocast(device, cfg.dtype):
+    with torch.no_grad(), autocast(device, dtype):
         infer_times = measure.time_calls(lambda: task.infer(model, example), device, cfg.warmup, cfg.iters)
     infer = {**base, "mode": "infer",
              **rates(statistics.median(infer_times), batch_size, 0, forward_flops)}
@@ -363,9 +384,13 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
 
 
 def task_rows(cfg: DictConfig, models: list[tuple[DictConfig, Setup]], device: torch.device,
-              progress: bool) -> Iterator[dict]:
-    for run_cfg, setup in tqdm(models, desc="task models", disable=not progress):
-        yield from measure_task_model(setup, run_cfg, cfg, device)
+              progress: bool, dtype: str) -> Iterator[dict]:
+    """Each task model in ``dtype``, from the weights it was built with."""
+    for run_cfg, setup in tqdm(models, desc=f"task models {dtype}", disable=not progress):
+        built = copy.deepcopy(setup.model.state_dict())
+        in_dtype = OmegaConf.merge(run_cfg, {"trainer": {"dtype": dtype}})
+        yield from measure_task_model(setup, in_dtype, cfg, device)
+        setup.model.load_state_dict(built)
 
 
 # ---------------------------------------------------------------- the whole benchmark
@@ -409,7 +434,7 @@ class SpeedSettings:
     iters: Annotated[int, AT_LEAST_1]
     matmul_size: Annotated[int, AT_LEAST_1]
     matmul_repeats: Annotated[int, AT_LEAST_1]
-    dtype: str  # checked by bench.run.acceleration.check_dtype
+    dtypes: list[str]  # each checked by bench.run.acceleration.check_dtype
     compile: bool | str  # checked by bench.run.acceleration.check_compile
     progress: Any  # auto | true | false
     attention: AttentionSpeedSettings
@@ -431,7 +456,12 @@ def validate(cfg: DictConfig) -> None:
                              f"at least one value, or set {part}.enabled=false")
     if not (cfg.attention.enabled or cfg.tasks.enabled):
         raise BenchError("nothing to measure: attention.enabled and tasks.enabled are both false")
-    check_dtype(cfg.dtype)
+    if not cfg.dtypes:
+        raise BenchError("dtypes is empty, so nothing would be measured; give it float32, bf16 or both")
+    for dtype in cfg.dtypes:
+        check_dtype(dtype, "dtypes")
+    if len(set(cfg.dtypes)) < len(cfg.dtypes):
+        raise BenchError(f"dtypes={list(cfg.dtypes)} names a precision twice; name each once")
     check_compile(cfg.compile, resolve_device(cfg.device))
 
 
@@ -445,19 +475,24 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
                 if cfg.tasks.enabled else [])
     models = [(run_cfg, build(run_cfg)) for run_cfg in run_cfgs]
+    for dtype in cfg.dtypes:
+        warn_if_emulated(device, dtype)
     torch.manual_seed(cfg.seed)
-    peaks: list[float] = []
+    peaks: dict[str, list[float]] = {dtype: [] for dtype in cfg.dtypes}
     rows: list[dict] = []
+    for dtype in cfg.dtypes:
+        if cfg.attention.enabled:
+            rows += attention_rows(cfg, device, progress, peaks[dtype], dtype)
+        if cfg.tasks.enabled:
+            peaks[dtype].append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats, dtype))
+            rows += task_rows(cfg, models, device, progress, dtype)
     if cfg.attention.enabled:
-        rows += attention_rows(cfg, device, progress, peaks)
         rows += reference_rows(cfg, device, progress, peaks)
-    if cfg.tasks.enabled:
-        peaks.append(matmul_peak_gflops(device, cfg.matmul_size, cfg.matmul_repeats))
-        rows += task_rows(cfg, models, device, progress)
-    peak = max(peaks)  # the best the machine showed in this run
-    frame = with_peak_share(pd.DataFrame(rows), peak)
+    # each row against the best its precision's matmuls showed in this run
+    frame = pd.concat([with_peak_share(part, max(peaks[dtype]))
+                       for dtype, part in pd.DataFrame(rows).groupby("dtype", sort=False)])
     context = {"device": device.type, "device_name": _device_name(device), "threads": torch.get_num_threads(),
-               "torch": torch.__version__, "dtype": cfg.dtype,
+               "torch": torch.__version__, "cpu_bf16_flags": " ".join(cpu_bf16_flags()) or "none",
                "compile": compile_backend(cfg.compile) or "none",
                "warmup": cfg.warmup, "iters": cfg.iters, "seed": cfg.seed}
     for key, value in context.items():
