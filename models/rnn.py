@@ -8,7 +8,22 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-RNN_CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+class GRU(nn.GRU):
+    """``nn.GRU`` whose recurrence runs in float32 under CPU autocast. torch's CPU autocast
+    runs the LSTM in bfloat16 through oneDNN, but has no bfloat16 GRU kernel: its GRU casts
+    each step's matmul inputs to bfloat16 and back, slower than float32 (``docs/speed.md``).
+    In float32 it is as fast as without autocast and as exact; everywhere else it is
+    ``nn.GRU``, weights and state-dict keys included."""
+
+    def forward(self, input: Tensor, hx: Tensor | None = None):  # noqa: A002 (nn.GRU's name)
+        if input.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                return super().forward(input.float(), None if hx is None else hx.float())
+        return super().forward(input, hx)
+
+
+RNN_CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": GRU}
 
 
 class RNNEncoder(nn.Module):

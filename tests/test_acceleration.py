@@ -209,3 +209,22 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_once(monkeypatch, caplog):
     caplog.clear()
     warn_if_emulated(CPU, "bf16")
     assert not caplog.records
+
+
+def test_gru_under_cpu_autocast_runs_its_recurrence_in_float32():
+    """torch has no bfloat16 CPU GRU kernel: under autocast the GRU computes exactly what it
+    computes in float32, and is still an nn.GRU (weights, keys) everywhere else."""
+    from models.rnn import RNN_CELLS
+
+    torch.manual_seed(0)
+    gru = RNN_CELLS["gru"](8, 16, num_layers=2, batch_first=True)
+    plain = nn.GRU(8, 16, num_layers=2, batch_first=True)
+    plain.load_state_dict(gru.state_dict())
+    x, h0 = torch.randn(3, 5, 8).to(torch.bfloat16), torch.randn(2, 3, 16).to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, hidden = gru(x, h0)
+    expected, expected_hidden = plain(x.float(), h0.float())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    torch.testing.assert_close(hidden, expected_hidden, atol=0, rtol=0)
+    torch.testing.assert_close(gru(x.float())[0], plain(x.float())[0], atol=0, rtol=0)

@@ -236,3 +236,4 @@ def test_unknown_path_is_refused():
     pinned = use_attention_path("flash", CPU, torch.bfloat16)
     with pytest.raises(ValueError, match="unknown attention path"), pinned:
         pass
+
