@@ -18,8 +18,10 @@ Between the projections, the scores and weights take one of two paths, the same 
 either way: ``sdpa``, torch's fused ``F.scaled_dot_product_attention``, or ``matmul``, the
 explicit ``softmax(q k^T / sqrt(d)) v``. Float32 and every CUDA
 device take the fused kernel. On a CPU in a low precision, the fused kernel's bfloat16 path can
-be several times slower than plain matmuls on matrix units (AMX), so the faster of the two is
-measured once per process and kept (``attention_path``).
+be several times slower than plain matmuls on matrix units (AMX) in training, and faster in
+inference, depending on the head width; so the faster of the two is measured once per process
+for each head width, in training (forward + backward) and in inference (forward), and kept
+(``attention_path``).
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             y, weights = attention_math(q, k, v, mask, causal_in_kernel, dropout_p, self.training)
-        elif attention_path(q.device, q.dtype) == "matmul":
+        elif attention_path(q.device, q.dtype, self.head_dim) == "matmul":
             y = attention_matmul(q, k, v, mask, causal_in_kernel, dropout_p, self.training)
             weights = None
         else:
@@ -282,62 +284,72 @@ def attention_matmul(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_ca
 
 # -------------------------------------------------------------------- the path per device/dtype
 ATTENTION_PATHS = ("sdpa", "matmul")
-_chosen: dict[tuple[str, torch.dtype], str] = {}
+_chosen: dict[tuple, str] = {}
+_pinned: dict[tuple[str, torch.dtype], str] = {}
 
 
-def attention_path(device: torch.device, dtype: torch.dtype) -> str:
-    """``sdpa`` or ``matmul``: the path the core takes for inputs of ``dtype`` on ``device``.
-    Float32 (and float64) and CUDA take the fused kernel (its float32 path is the reference
-    the parity tests hold to 1e-5; on CUDA it is the flash/efficient kernels); a low precision
-    on a CPU takes whichever ``measure_paths`` finds faster, measured on first use and kept
-    for the process, so every step of a run takes the same path."""
-    key = (device.type, dtype)
+def attention_path(device: torch.device, dtype: torch.dtype, head_dim: int = 32,
+                   training: bool | None = None) -> str:
+    """``sdpa`` or ``matmul``: the path the core takes for inputs of ``dtype`` on ``device``
+    with heads ``head_dim`` wide, in training (autograd on; default: whether it is now) or in
+    inference. Float32 (and float64) and CUDA take the fused kernel (its float32 path is the
+    reference the parity tests hold to 1e-5; on CUDA it is the flash/efficient kernels); a low
+    precision on a CPU takes whichever ``measure_paths`` finds faster, measured on first use
+    and kept for the process, so every step of a run takes the same path."""
+    training = torch.is_grad_enabled() if training is None else training
+    if (device.type, dtype) in _pinned:
+        return _pinned[device.type, dtype]
+    key = (device.type, dtype, head_dim, training)
     if key not in _chosen:
         if device.type != "cpu" or not dtype.is_floating_point or dtype.itemsize >= 4:
             _chosen[key] = "sdpa"
         else:
-            timings = measure_paths(device, dtype)
+            timings = measure_paths(device, dtype, head_dim=head_dim, training=training)
             _chosen[key] = min(timings, key=timings.get)
     return _chosen[key]
 
 
 @torch.compiler.disable  # timing, not something to trace: reached once, before any graph
 def measure_paths(device: torch.device, dtype: torch.dtype, batch: int = 16, heads: int = 8,
-                  seq_len: int = 128, head_dim: int = 32, rounds: int = 3) -> dict[str, float]:
-    """Seconds of one forward + backward through each path at a typical training shape,
-    the best of ``rounds`` alternating rounds (a burst of load rarely hits both twice)."""
-    with torch.enable_grad():
+                  seq_len: int = 128, head_dim: int = 32, training: bool = True,
+                  rounds: int = 3) -> dict[str, float]:
+    """Seconds of one step through each path at a typical shape, forward + backward in
+    ``training``, forward alone in inference; the best of ``rounds`` alternating rounds (a
+    burst of load rarely hits both twice)."""
+    with torch.set_grad_enabled(training):
         q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=dtype,
-                               requires_grad=True) for _ in range(3))
-        steps = {
+                               requires_grad=training) for _ in range(3))
+        paths = {
             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
             "matmul": lambda: attention_matmul(q, k, v, None, False, 0.0, False),
         }
-        best = dict.fromkeys(steps, math.inf)
+        best = dict.fromkeys(paths, math.inf)
         for _ in range(rounds + 1):  # the first round warms up
-            for path, step in steps.items():
+            for path, forward in paths.items():
                 started = time.perf_counter()
-                step().sum().backward()
+                out = forward()
+                if training:
+                    out.sum().backward()
                 best[path] = min(best[path], time.perf_counter() - started)
     return best
 
 
 @contextlib.contextmanager
 def use_attention_path(path: str, device: torch.device, dtype: torch.dtype) -> Iterator[None]:
-    """Pin the core's path for ``device`` and ``dtype`` inside the block (tests, and `mhab
-    speed` timing both paths)."""
+    """Pin the core's path for ``device`` and ``dtype`` inside the block, in training and
+    inference alike (tests, and timing one path)."""
     if path not in ATTENTION_PATHS:
         raise ValueError(f"unknown attention path {path!r}; choose from {', '.join(ATTENTION_PATHS)}")
     key = (device.type, dtype)
-    before = _chosen.get(key)
-    _chosen[key] = path
+    before = _pinned.get(key)
+    _pinned[key] = path
     try:
         yield
     finally:
         if before is None:
-            _chosen.pop(key, None)
+            _pinned.pop(key, None)
         else:
-            _chosen[key] = before
+            _pinned[key] = before
 
 
 def causal_mask(Lq: int, Lk: int, dtype: torch.dtype, device: torch.device) -> Tensor:

@@ -213,21 +213,38 @@ def test_float32_matmul_path_matches_sdpa_to_float32_precision():
 def test_path_choice_follows_the_faster_measurement(monkeypatch):
     import models.attention as attention
 
+    asked = []
+
+    def timings(fast):
+        def measure(device, dtype, head_dim, training):
+            asked.append((dtype, head_dim, training))
+            return {"sdpa": 2.0, "matmul": 1.0} if fast == "matmul" else {"sdpa": 1.0, "matmul": 2.0}
+        return measure
+
     monkeypatch.setattr(attention, "_chosen", {})
-    monkeypatch.setattr(attention, "measure_paths", lambda device, dtype: {"sdpa": 2.0, "matmul": 1.0})
-    assert attention.attention_path(CPU, torch.bfloat16) == "matmul"
-    assert attention.attention_path(CPU, torch.float32) == "sdpa"  # the reference path, never timed
-    monkeypatch.setattr(attention, "measure_paths", lambda device, dtype: {"sdpa": 1.0, "matmul": 2.0})
-    assert attention.attention_path(CPU, torch.float16) == "sdpa"
-    assert attention.attention_path(CPU, torch.bfloat16) == "matmul"  # kept for the process
-    assert attention.attention_path(torch.device("cuda"), torch.bfloat16) == "sdpa"
+    monkeypatch.setattr(attention, "measure_paths", timings("matmul"))
+    assert attention.attention_path(CPU, torch.bfloat16, 32, training=True) == "matmul"
+    assert attention.attention_path(CPU, torch.float32, 32, training=True) == "sdpa"  # never timed
+    monkeypatch.setattr(attention, "measure_paths", timings("sdpa"))
+    assert attention.attention_path(CPU, torch.bfloat16, 32, training=False) == "sdpa"  # inference
+    assert attention.attention_path(CPU, torch.bfloat16, 16, training=True) == "sdpa"  # another width
+    assert attention.attention_path(CPU, torch.bfloat16, 32, training=True) == "matmul"  # kept
+    assert attention.attention_path(torch.device("cuda"), torch.bfloat16, 32) == "sdpa"
+    assert asked == [(torch.bfloat16, 32, True), (torch.bfloat16, 32, False), (torch.bfloat16, 16, True)]
+    with torch.no_grad():  # by default, training is whether autograd is on
+        assert attention.attention_path(CPU, torch.bfloat16, 32) == "sdpa"
+    with attention.use_attention_path("matmul", CPU, torch.bfloat16):  # pinned: both modes
+        assert attention.attention_path(CPU, torch.bfloat16, 32, training=False) == "matmul"
+    assert attention.attention_path(CPU, torch.bfloat16, 32, training=False) == "sdpa"
 
 
 def test_measured_paths_time_both():
     from models.attention import measure_paths
 
-    timings = measure_paths(CPU, torch.bfloat16, batch=2, heads=2, seq_len=16, head_dim=8, rounds=1)
-    assert set(timings) == {"sdpa", "matmul"} and all(0 < t < 10 for t in timings.values())
+    for training in (True, False):
+        timings = measure_paths(CPU, torch.bfloat16, batch=2, heads=2, seq_len=16, head_dim=8,
+                                training=training, rounds=1)
+        assert set(timings) == {"sdpa", "matmul"} and all(0 < t < 10 for t in timings.values())
 
 
 def test_unknown_path_is_refused():

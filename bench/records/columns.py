@@ -102,7 +102,7 @@ COLUMNS: tuple[Column, ...] = (
            header_shown=lambda values: set(values.dropna()) - {"float32"} != set(), format=str,
            read=_trainer("dtype", "float32")),
     Column("attention_path", "the attention core's path: `sdpa` (torch's fused kernel) or `matmul` "
-           "(explicit matmuls, faster in bfloat16 on a CPU with AMX); empty without the core",
+           "(explicit matmuls), with `(train)` and `(infer)` where the two differ; empty without the core",
            aggregate="first"),
     Column("device", "`cpu` or `cuda`", read=_environment("device")),
     Column("device_name", "the processor or GPU model", read=_environment("device_name")),

@@ -78,11 +78,20 @@ def warn_if_emulated(device: torch.device, dtype: str) -> None:
 
 
 def model_attention_path(model: nn.Module, device: torch.device, dtype: str) -> str | None:
-    """The path the attention core takes in ``model`` under ``dtype`` (``sdpa`` or ``matmul``,
-    chosen now, before any step is timed or compiled); None for a model without the core."""
-    if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
+    """The paths the attention core takes in ``model`` under ``dtype``, chosen now, before any
+    step is timed or compiled: ``sdpa`` or ``matmul`` where training and inference agree, else
+    ``<path> (train), <path> (infer)``, per head width where the model has several; None for a
+    model without the core. A description to read, never parsed."""
+    widths = sorted({m.head_dim for m in model.modules() if isinstance(m, MultiHeadAttention)})
+    if not widths:
         return None
-    return attention_path(device, compute_dtype(dtype))
+    described = []
+    for width in widths:
+        train, infer = (attention_path(device, compute_dtype(dtype), width, training)
+                        for training in (True, False))
+        path = train if train == infer else f"{train} (train), {infer} (infer)"
+        described.append(path if len(widths) == 1 else f"{path} at head width {width}")
+    return "; ".join(described)
 
 
 def compile_model(model: nn.Module, setting: object) -> nn.Module:

@@ -191,7 +191,8 @@ def measure_attention(impl: str, mode: str, batch: int, seq_len: int, dim: int, 
 
     row = {"section": "attention", "model": impl, "mode": mode, "batch_size": batch,
            "seq_len": seq_len, "dim": dim, "num_heads": heads, "sdpa_backend": backend, "dtype": dtype,
-           "attention_path": attention_path(device, compute_dtype(dtype)) if impl == "core" else None}
+           "attention_path": attention_path(device, compute_dtype(dtype), dim // heads, mode == "train")
+           if impl == "core" else None}
     try:
         times = measure.time_calls(step, device, cfg.warmup, cfg.iters)
         memory, kind = _memory(device, forward if mode == "train" else step, mode)
