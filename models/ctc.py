@@ -76,7 +76,9 @@ class TransformerTranscriber(nn.Module):
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         tokens, steps = self.tokens(x, lengths)
         features = self.encoder(tokens, key_padding_mask=padding_mask(steps, tokens.shape[1]))
-        return self.head(features).log_softmax(-1), steps
+        # float32 log-probabilities whatever the autocast: CTC's loss and decoding sum them over
+        # hundreds of frames, and a bfloat16 log-softmax keeps three digits
+        return self.head(features).float().log_softmax(-1), steps
 
     @torch.no_grad()
     def self_attention_maps(self, x: Tensor, lengths: Tensor) -> SelfAttentionMaps:
@@ -113,7 +115,7 @@ class RNNTranscriber(nn.Module):
         if hasattr(self, "frontend"):
             seq, step_lengths = self.frontend(x, lengths)
             outputs, _ = self.encoder(seq, step_lengths)
-            return self.head(self.drop(outputs)).log_softmax(-1), step_lengths
+            return self.head(self.drop(outputs)).float().log_softmax(-1), step_lengths
         B, C, bins, frames = x.shape
         x = F.pad(x, (0, -frames % self.stride))  # whole groups of `stride` frames
         steps = x.shape[-1] // self.stride
@@ -121,4 +123,4 @@ class RNNTranscriber(nn.Module):
         seq = x.reshape(B, C, bins, steps, self.stride).permute(0, 3, 4, 1, 2).reshape(B, steps, -1)
         step_lengths = (lengths + self.stride - 1) // self.stride
         outputs, _ = self.encoder(seq, step_lengths)
-        return self.head(self.drop(outputs)).log_softmax(-1), step_lengths
+        return self.head(self.drop(outputs)).float().log_softmax(-1), step_lengths

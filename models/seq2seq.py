@@ -107,13 +107,13 @@ class TransformerSeq2Seq(nn.Module):
     def step(self, tokens: Tensor, state: EncoderState, cache) -> tuple[Tensor, Any]:
         x = self._embed(self.tgt_embed, tokens[:, None])  # (B, 1, D)
         h = self.decoder(x, state.memory, None, state.pad_mask, cache=cache)
-        return F.log_softmax(self.generator(h[:, -1]), dim=-1), cache
+        return F.log_softmax(self.generator(h[:, -1]).float(), dim=-1), cache
 
     def step_without_cache(self, prefix: Tensor, state: EncoderState) -> Tensor:
         """The next-token log-probs from the whole prefix (B, t), recomputed: the reference
         that cached decoding must equal."""
         h = self.decoder(self._embed(self.tgt_embed, prefix), state.memory, None, state.pad_mask)
-        return F.log_softmax(self.generator(h[:, -1]), dim=-1)
+        return F.log_softmax(self.generator(h[:, -1]).float(), dim=-1)
 
     @staticmethod
     def select(state: EncoderState, cache, index: Tensor):
@@ -224,7 +224,7 @@ class RNNSeq2Seq(nn.Module):
 
     def step(self, tokens: Tensor, state: EncoderState, cache: RNNDecoderCache):
         features, cache = self._decode_one(self.embed(tokens), state, cache)
-        return F.log_softmax(self.generator(features), dim=-1), cache
+        return F.log_softmax(self.generator(features).float(), dim=-1), cache
 
     def select(self, state: EncoderState, cache: RNNDecoderCache, index: Tensor):
         pick_h = lambda h: h.index_select(1, index)

@@ -243,3 +243,24 @@ def test_gru_under_cpu_autocast_runs_its_recurrence_in_float32():
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
     torch.testing.assert_close(hidden, expected_hidden, atol=0, rtol=0)
     torch.testing.assert_close(gru(x.float())[0], plain(x.float())[0], atol=0, rtol=0)
+
+
+def test_log_probabilities_stay_float32_under_bf16_autocast():
+    """CTC's loss and decoding and translation's beam scores read log-probabilities; under
+    CPU autocast a log-softmax of bfloat16 logits would stay bfloat16."""
+    from models.ctc import RNNTranscriber, TransformerTranscriber
+    from models.seq2seq import RNNSeq2Seq, TransformerSeq2Seq
+
+    x, lengths = torch.randn(2, 1, 8, 24), torch.tensor([24, 16])
+    transcribers = [TransformerTranscriber(8, 1, 24, 6, patch_frames=4, stride=4, dim=16, depth=1,
+                                           num_heads=2),
+                    RNNTranscriber(8, 1, 6, stride=4, hidden_dim=8, num_layers=1, cell="gru")]
+    src, src_lengths = torch.randint(1, 9, (2, 5)), torch.tensor([5, 3])
+    translators = [TransformerSeq2Seq(9, 16, 1, 2), RNNSeq2Seq(9, 8, 1, cell="lstm")]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for model in transcribers:
+            assert model.eval()(x, lengths)[0].dtype == torch.float32
+        for model in translators:
+            state = model.eval().encode(src, src_lengths)
+            log_probs, _ = model.step(torch.ones(2, dtype=torch.long), state, model.start(state))
+            assert log_probs.dtype == torch.float32
