@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.utils.rnn import PackedSequence
 
 
 class GRU(nn.GRU):
@@ -16,8 +17,9 @@ class GRU(nn.GRU):
     In float32 it is as fast as without autocast and as exact; everywhere else it is
     ``nn.GRU``, weights and state-dict keys included."""
 
-    def forward(self, input: Tensor, hx: Tensor | None = None):  # noqa: A002 (nn.GRU's name)
-        if input.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+    def forward(self, input: Tensor | PackedSequence, hx: Tensor | None = None):  # noqa: A002 (nn.GRU's name)
+        data = input.data if isinstance(input, PackedSequence) else input
+        if data.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             with torch.autocast("cpu", enabled=False):
                 return super().forward(input.float(), None if hx is None else hx.float())
         return super().forward(input, hx)

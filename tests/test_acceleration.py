@@ -16,7 +16,6 @@ from bench.run.acceleration import (
     check_dtype,
     compile_backend,
     model_attention_path,
-    warn_if_emulated,
 )
 from bench.run.engine import CHECKPOINT, fit
 from models.attention import MultiHeadAttention
@@ -185,16 +184,6 @@ def test_every_task_trains_in_bf16_and_records_its_precision_and_attention_path(
     assert heads and all("| dtype " in line for line in heads)  # a bf16 table says so
 
 
-def test_the_report_shows_the_dtype_only_where_a_run_is_not_float32():
-    import pandas as pd
-
-    from bench.records.columns import BY_NAME
-
-    shown = BY_NAME["dtype"].header_shown
-    assert not shown(pd.Series(["float32", "float32"]))
-    assert shown(pd.Series(["float32", "bf16"])) and shown(pd.Series(["bf16"]))
-
-
 def test_a_float32_run_takes_the_reference_path(tmp_path):
     out, _, _ = _fit(tmp_path, dtype="float32")
     assert out["attention_path"] is None  # a model without the core
@@ -211,19 +200,6 @@ def test_the_recorded_path_names_training_and_inference_where_they_differ(monkey
     two = nn.Sequential(MultiHeadAttention(8, 2), MultiHeadAttention(16, 2))
     assert model_attention_path(two, CPU, "bf16") == (
         "matmul (train), sdpa (infer) at head width 4; matmul at head width 8")
-
-
-def test_bf16_on_a_cpu_without_bf16_hardware_warns_once(monkeypatch, caplog):
-    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: [])
-    with caplog.at_level("WARNING"):
-        warn_if_emulated(CPU, "bf16")
-        warn_if_emulated(CPU, "float32")
-    assert len(caplog.records) == 1
-    assert "without bfloat16 hardware" in caplog.text and "use dtype float32" in caplog.text
-    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: ["amx_bf16"])
-    caplog.clear()
-    warn_if_emulated(CPU, "bf16")
-    assert not caplog.records
 
 
 def test_gru_under_cpu_autocast_runs_its_recurrence_in_float32():

@@ -596,9 +596,9 @@ CHECKED_ELSEWHERE = {
         "test_extensions.py::test_run_help_lists_the_models_and_tasks_on_the_search_path",
     "outside-family-beats-the-rnns": "test_report.py::test_time_to_quality_and_learning_curves",
     "one-seed-verdict": "test_stats.py::test_one_seed_or_no_spread_gives_no_test_and_no_verdict",
-    "bf16-without-bf16-hardware": "test_acceleration.py::test_bf16_on_a_cpu_without_bf16_hardware_warns_once",
+    "bf16-without-bf16-hardware": "test_engine.py::test_bf16_on_a_cpu_without_bf16_hardware_warns_once",
     "mixed-precisions-in-a-table":
-        "test_acceleration.py::test_the_report_shows_the_dtype_only_where_a_run_is_not_float32",
+        "test_results.py::test_the_report_shows_the_dtype_only_where_a_run_is_not_float32",
     "lower-is-better-plot":
         "test_report.py::test_a_lower_is_better_metric_is_drawn_upside_down_in_the_tradeoff",
 }

@@ -348,3 +348,18 @@ def test_a_budget_of_too_few_steps_warns_once_before_training(caplog):
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "budget is 5 optimizer steps (5 epochs of 1 batches)" in warning
     assert "raise trainer.epochs" in warning
+
+
+def test_bf16_on_a_cpu_without_bf16_hardware_warns_once(monkeypatch, caplog):
+    from bench.run.acceleration import warn_if_emulated
+
+    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: [])
+    with caplog.at_level("WARNING"):
+        warn_if_emulated(torch.device("cpu"), "bf16")
+        warn_if_emulated(torch.device("cpu"), "float32")
+    assert len(caplog.records) == 1
+    assert "without bfloat16 hardware" in caplog.text and "use dtype float32" in caplog.text
+    monkeypatch.setattr("bench.run.acceleration.cpu_bf16_flags", lambda: ["amx_bf16"])
+    caplog.clear()
+    warn_if_emulated(torch.device("cpu"), "bf16")
+    assert not caplog.records

@@ -161,3 +161,13 @@ def test_params_vs_attention_names_an_unmatched_comparison(tmp_path):
     assert ratios == {"attention": 1.0, "gru": 1.05, "lstm": 3.4}
     results = write_report(tmp_path)[0].read_text().split("## Results per task")[1].split("\n## ")[0]
     assert "Not at matched parameters" in results and "lstm 3.40x" in results and "gru 1.05x" not in results
+
+
+def test_the_report_shows_the_dtype_only_where_a_run_is_not_float32():
+    import pandas as pd
+
+    from bench.records.columns import BY_NAME
+
+    shown = BY_NAME["dtype"].header_shown
+    assert not shown(pd.Series(["float32", "float32"]))
+    assert shown(pd.Series(["float32", "bf16"])) and shown(pd.Series(["bf16"]))

@@ -231,10 +231,11 @@ def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     backends = list(dict.fromkeys(measured.get("sdpa_backend", pd.Series(dtype=str)).dropna()))
     attention = measured[measured["status"] == "ok"].copy()
     dtypes = list(dict.fromkeys(speed["dtype"]))
-    s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads, bfloat16 "
-           f"hardware: {context.get('cpu_bf16_flags', 'not recorded')}), torch {context['torch']}, "
-           f"dtype{'s' if len(dtypes) > 1 else ''} {', '.join(dtypes)}, torch.compile: {context['compile']}, "
-           f"SDPA backend{'s' if len(backends) > 1 else ''}: {', '.join(backends) or 'auto'}.")
+    s.text(f"`mhab speed` on {context['device_name']} ({context['threads']} threads), torch "
+           f"{context['torch']}, dtype{'s' if len(dtypes) > 1 else ''} {', '.join(dtypes)}, torch.compile: "
+           f"{context['compile']}, SDPA backend{'s' if len(backends) > 1 else ''}: "
+           f"{', '.join(backends) or 'auto'}. bfloat16 hardware: "
+           f"{context.get('cpu_bf16_flags', 'not recorded')}.")
     if len(backends) > 1:  # one line per impl and pinned kernel
         attention["model"] = attention["model"] + " [" + attention["sdpa_backend"] + "]"
     if len(dtypes) > 1:  # and per precision
