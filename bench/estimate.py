@@ -25,12 +25,13 @@ from bench.setup.compose import compose_config, sweep_jobs
 GROUP = ["task", "dataset", "model"]
 
 
-def recorded_wall_times(results_dirs: list[str | Path],
-                        records: list[dict] | None = None) -> dict[str, dict[int, list[dict]]]:
-    """The ok runs under ``results_dirs`` (or of ``records``, already read) by config hash (as
-    ``read_records`` computes it from each record's config), then seed: wall time and threads."""
-    if records is None:
-        records = [rec for results_dir in results_dirs for rec in read_records(results_dir)]
+def read_all(results_dirs: list[str | Path]) -> list[dict]:
+    return [rec for results_dir in results_dirs for rec in read_records(results_dir)]
+
+
+def recorded_wall_times(records: list[dict]) -> dict[str, dict[int, list[dict]]]:
+    """The ok runs of ``records`` by config hash (as ``read_records`` computes it from each
+    record's config), then seed: wall time and threads."""
     found: dict[str, dict[int, list[dict]]] = {}
     for rec in records:
         if rec.get("status") != "ok" or not rec.get("config") or rec.get("wall_time_s") is None:
@@ -49,7 +50,7 @@ def sweep_configs(overrides: list[str]) -> list[DictConfig]:
 def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> pd.DataFrame:
     """One row per run of a sweep (``sweep_configs``): what it trains, and the wall time its
     records say it takes (NaN where none of its experiment is recorded)."""
-    recorded = recorded_wall_times(results_dirs)
+    recorded = recorded_wall_times(read_all(results_dirs))
     rows = []
     for cfg in configs:
         by_seed = recorded.get(config_hash(cfg), {})
@@ -71,8 +72,8 @@ def tune_jobs(plan, results_dirs: list[str | Path]) -> pd.DataFrame:
     runs of the same role, else of the family's default-recipe runs (same overrides, no
     sampled values): a trial trains as long as a default run when its epochs are the
     recipe's, and skips the test."""
-    records = [rec for results_dir in results_dirs for rec in read_records(results_dir)]
-    recorded = recorded_wall_times(results_dirs, records)
+    records = read_all(results_dirs)
+    recorded = recorded_wall_times(records)
     studies: dict[tuple[str, str], list[float]] = {}
     for rec in records:
         if rec.get("status") == "ok" and rec.get("tuning") and rec.get("wall_time_s") is not None:

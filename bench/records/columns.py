@@ -99,7 +99,7 @@ COLUMNS: tuple[Column, ...] = (
            header="wall (min)", format=scaled(60, 3), in_run_list=True),
     Column("dtype", "`float32`, or `bf16` (autocast to bfloat16); the report's tables show it where "
            "a run is not float32", aggregate="first", header="dtype",
-           header_shown=lambda values: set(values.dropna()) - {"float32"} != set(), format=str,
+           header_shown=lambda values: bool(set(values.dropna()) - {"float32"}), format=str,
            read=_trainer("dtype", "float32")),
     Column("attention_path", "the attention core's path: `sdpa` (torch's fused kernel) or `matmul` "
            "(explicit matmuls), with `(train)` and `(infer)` where the two differ; empty without the core",

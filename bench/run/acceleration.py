@@ -61,7 +61,7 @@ def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextMana
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise BenchError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; "
                          f"use dtype float32")
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=compute_dtype(dtype))
 
 
 def compute_dtype(dtype: str) -> torch.dtype:

@@ -141,28 +141,24 @@ def targets(frame: pd.DataFrame) -> pd.DataFrame:
 
     by_dtype = dict(list(ref.groupby(_dtypes(ref), sort=False))) if not ref.empty else {}
     for dtype, part in by_dtype.items():
-        suffix = "" if len(by_dtype) == 1 else f", {dtype}"
-
-        def named(name: str, suffix: str = suffix) -> str:
-            return name + suffix
-
+        suffix = "" if len(by_dtype) == 1 else f", {dtype}"  # names each precision's targets
         step = part.pivot_table(index="round", columns="model", values="step_ms")
         for impl, goal in (("torch", GOALS["core_vs_torch"]), ("timm", GOALS["core_vs_timm"])):
             if {"core", impl} <= set(step):
-                judged(goal, step["core"] / step[impl], named(goal.name))
+                judged(goal, step["core"] / step[impl], goal.name + suffix)
         if {"projections", "torch"} <= set(step):  # what the core/torch ratio cannot go below
             floor, low, high = median_ci((step["projections"] / step["torch"]).dropna().tolist())
-            add(named("floor: projections alone / torch"), floor, "(bound for core / torch)", None,
+            add("floor: projections alone / torch" + suffix, floor, "(bound for core / torch)", None,
                 low, high)
         if "core" in step:
             goal = GOALS["peak_share_bf16" if dtype == "bf16" else "peak_share"]
             shares = part[part["model"] == "core"].set_index("round")["round_peak_share"]
             share, low, high = median_ci(shares.dropna().tolist())
             if share > 1:  # no kernel beats the matmul it is made of: the peak was measured low
-                add(named(goal.name), share, "none: a share above 1 means the rounds' matmul "
+                add(goal.name + suffix, share, "none: a share above 1 means the rounds' matmul "
                     "peaks were measured on a loaded machine; rerun it quiet", None, low, high)
             else:
-                judged(goal, shares, named(goal.name))
+                judged(goal, shares, goal.name + suffix)
     if {"float32", "bf16"} <= set(by_dtype):
         core = ref[ref["model"] == "core"]
         core = core.pivot_table(index="round", columns=_dtypes(core), values="step_ms")

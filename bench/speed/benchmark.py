@@ -333,7 +333,8 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
 def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
                        device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
-    ``tasks.repeats`` times, alternating, from the same initial weights. The best of each gives
+    ``tasks.repeats`` times, alternating, from the same initial weights, which the model holds
+    again when this returns. The best of each gives
     the throughput columns; the overhead is the median over the pairs (``paired_overhead``)."""
     task, splits, model = setup.task, setup.splits, setup.model
     initial = copy.deepcopy(model.state_dict())
@@ -381,6 +382,7 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
              **rates(statistics.median(infer_times), batch_size, 0, forward_flops)}
     for row in (train, infer):
         row.pop("tokens_per_s")
+    model.load_state_dict(initial)  # as built: the next precision's measurement starts from there
     return [train, infer]
 
 
@@ -388,10 +390,8 @@ def task_rows(cfg: DictConfig, models: list[tuple[DictConfig, Setup]], device: t
               progress: bool, dtype: str) -> Iterator[dict]:
     """Each task model in ``dtype``, from the weights it was built with."""
     for run_cfg, setup in tqdm(models, desc=f"task models {dtype}", disable=not progress):
-        built = copy.deepcopy(setup.model.state_dict())
-        in_dtype = OmegaConf.merge(run_cfg, {"trainer": {"dtype": dtype}})
-        yield from measure_task_model(setup, in_dtype, cfg, device)
-        setup.model.load_state_dict(built)
+        yield from measure_task_model(setup, OmegaConf.merge(run_cfg, {"trainer": {"dtype": dtype}}), cfg,
+                                      device)
 
 
 # ---------------------------------------------------------------- the whole benchmark
