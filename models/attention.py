@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.dropout import dropout
+
 
 @dataclass
 class KVCache:
@@ -263,7 +265,7 @@ def attention_math(
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)
-    y = F.dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
+    y = dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
     return y, weights
 
 
@@ -279,7 +281,7 @@ def attention_matmul(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_ca
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)
-    return F.dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
+    return dropout(weights, dropout_p, training) @ v  # (B, H, Lq, hd)
 
 
 # -------------------------------------------------------------------- the path per device/dtype

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.dropout import Dropout
 from models.frontends import Conv2dSubsampling, subsampled
 from models.patch import PatchEmbed2d
 from models.rnn import RNNEncoder
@@ -108,7 +109,7 @@ class RNNTranscriber(nn.Module):
             self.frontend = Conv2dSubsampling(channels, bins, frontend_channels)
             input_dim = self.frontend.output_dim
         self.encoder = RNNEncoder(input_dim, hidden_dim, num_layers, cell, bidirectional, dropout)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, vocab_size)
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import MultiHeadAttention
+from models.dropout import Dropout
 from models.transformer import (
     SelfAttentionMaps,
     TransformerEncoder,
@@ -125,7 +126,7 @@ class PatchTransformerClassifier(nn.Module):
             dim, depth, num_heads, mlp_ratio, dropout, attn_dropout, pos_encoding,
             max_len=self.patch_embed.num_patches + 1, norm_eps=norm_eps,
         )
-        self.head_drop = nn.Dropout(dropout)
+        self.head_drop = Dropout(dropout)
         self.head = nn.Linear(dim, num_classes)
         init_cls_token(self.cls_token)
 

@@ -4,10 +4,11 @@ sequence classifier on top of it."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import PackedSequence
+
+from models.dropout import Dropout, dropout
 
 
 class GRU(nn.GRU):
@@ -80,7 +81,7 @@ class RNNEncoder(nn.Module):
         rows = torch.arange(x.shape[0], device=x.device)
         for layer, layer_cell in enumerate(self._layer_cells):
             if layer > 0:
-                x = F.dropout(x, self.rnn.dropout, self.training)
+                x = dropout(x, self.rnn.dropout, self.training)
             outputs, finals = [], []
             for direction in range(self.directions):
                 suffix = "_reverse" if direction else ""
@@ -102,7 +103,7 @@ class RNNClassifier(nn.Module):
     ) -> None:
         super().__init__()
         self.encoder = RNNEncoder(input_dim, hidden_dim, num_layers, cell, bidirectional, dropout)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.head = nn.Linear(self.encoder.output_dim, num_classes)
 
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:

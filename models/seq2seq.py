@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import KVCache
+from models.dropout import Dropout
 from models.rnn import RNN_CELLS, RNNEncoder
 from models.transformer import (
     SelfAttentionMaps,
@@ -175,7 +176,7 @@ class RNNSeq2Seq(nn.Module):
         self.decoder = RNN_CELLS[cell](embed_dim + context_dim, dim, num_layers=depth, batch_first=True,
                                        dropout=dropout if depth > 1 else 0.0)
         self.out = nn.Linear(dim + context_dim, embed_dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.generator = nn.Linear(embed_dim, vocab_size, bias=False)
         if tie_embeddings:
             self.generator.weight = self.embed.weight

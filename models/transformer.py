@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from models.attention import KVCache, MultiHeadAttention
+from models.dropout import Dropout
 
 POS_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 
@@ -88,7 +89,7 @@ class MLP(nn.Module):
         self.fc1 = nn.Linear(dim, hidden_dim)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden_dim, dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
@@ -104,7 +105,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = MultiHeadAttention(dim, num_heads, dropout=attn_dropout, rotary=rotary)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
 
@@ -135,7 +136,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=attn_dropout)
         self.norm3 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = MLP(dim, int(dim * mlp_ratio), dropout)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(
         self, x: Tensor, memory: Tensor, tgt_key_padding_mask: Tensor | None = None,
@@ -177,7 +178,7 @@ class _Stack(nn.Module):
             )
         self.dim = dim
         self.pos, rotary = build_position_encoding(pos_encoding, dim, num_heads, max_len)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(
             self.layer_cls(dim, num_heads, mlp_ratio, dropout, attn_dropout, norm_eps, rotary)
             for _ in range(depth)
