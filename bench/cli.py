@@ -82,8 +82,8 @@ def _hydra_run(cfg: DictConfig) -> float | None:
 
     if ratio := unmatched_params(cfg.results_dir, rec):
         log.warning("%s has %.2fx the attention model's parameters on %s/%s: not a comparison at "
-                    "matched parameters (within 10%%); size it in model_size/%s/%s.yaml",
-                    rec["model"], ratio, rec["task"], rec["dataset"], rec["task"], rec["model"])
+                    "matched parameters (within 10%%); leave model.dim unset so that match_params sizes it",
+                    rec["model"], ratio, rec["task"], rec["dataset"])
     return score
 
 

@@ -56,14 +56,28 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
         by_seed = recorded.get(config_hash(cfg), {})
         own = by_seed.get(int(cfg.seed), [])
         basis = own or [run for runs in by_seed.values() for run in runs]
+        source = "this seed" if own else "other seeds" if basis else "no record"
+        if not basis and cfg.task.get("train_fraction", 1.0) < 1.0:
+            # a training subset keeps the budget in samples seen (bench.setup.subsets): it
+            # trains as long as the whole split does
+            by_seed = recorded.get(config_hash(full_data(cfg)), {})
+            basis = [run for runs in by_seed.values() for run in runs]
+            source = "the whole training split" if basis else source
         rows.append({
             "task": cfg.task.name, "dataset": cfg.task.dataset, "model": cfg.model.name,
             "seed": int(cfg.seed), "records": sum(len(runs) for runs in by_seed.values()),
-            "from": "this seed" if own else "other seeds" if basis else "no record",
+            "from": source,
             "wall_time_s": mean(run["wall_time_s"] for run in basis) if basis else math.nan,
             "threads": ",".join(sorted({str(run["threads"]) for run in basis if run["threads"]})),
         })
     return pd.DataFrame(rows)
+
+
+def full_data(cfg: DictConfig) -> DictConfig:
+    """``cfg`` on the whole training split."""
+    whole = cfg.copy()
+    whole.task.train_fraction = 1.0
+    return whole
 
 
 def tune_jobs(plan, results_dirs: list[str | Path]) -> pd.DataFrame:

@@ -103,6 +103,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) ->
         higher_is_better=task.higher_is_better,
         params=measure.count_parameters(model),
         model_notes=setup.built.notes,
+        param_match=setup.param_match,
         data={**splits.info, "batching": task.batching_info(
             splits.train, cfg.trainer.batching, cfg.trainer.batch_size, cfg.seed,
             cfg.trainer.get("max_tokens"))},

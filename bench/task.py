@@ -95,6 +95,11 @@ class Task(abc.ABC):
         data (a generated set, or a shipped one whose files are checked against checksums)."""
         return None
 
+    def train_classes(self, splits: Splits) -> Tensor | None:
+        """One class label per training example, so that a training subset
+        (``task.train_fraction``) keeps each class's share; None: the task has no classes."""
+        return None
+
     @abc.abstractmethod
     def input_kind(self, splits: Splits) -> InputKind:
         """What this task hands a model (``models.inputs``): the shape of a batch's inputs
@@ -221,6 +226,11 @@ class ClassificationTask(Task):
         super().__init__(*args, **kwargs)
         self.label_smoothing = label_smoothing
         self.mixup_alpha = mixup_alpha
+
+    def train_classes(self, splits: Splits) -> Tensor | None:
+        """The labels: the last tensor of a batch, here of the whole training split."""
+        train = splits.train
+        return train.tensors[-1] if isinstance(train, TensorDataset) else None
 
     @torch.no_grad()
     def attention_example(self, model: nn.Module, splits: Splits,

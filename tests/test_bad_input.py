@@ -226,6 +226,14 @@ CATALOGUE: dict[str, Case] = {
     "unknown-key": Case([*DIGITS, "model.foo=1"], "unknown config key 'model.foo'"),
     "unknown-pos-encoding": Case([*DIGITS, "model.pos_encoding=fourier"],
                                  "model.pos_encoding must be one of sinusoidal, learned, rotary, none"),
+    "scale-unknown": Case([*DIGITS, "model=lstm", "scale=xxl"],
+                          "scale=xxl is not a size of attention on task=image; choose one of s, xs, m, l"),
+    "task-model-setting-unread": Case([*DIGITS, "model=lstm", "+task.models.rnn.depht=3"],
+                                      "task.models.rnn.depht is not a setting of model=lstm"),
+    "reference-sized-by-matching": Case([*DIGITS, "model=gru", "model@reference=lstm"],
+                                        "the reference model (lstm) is itself sized by matching"),
+    "train-fraction-impossible": Case([*DIGITS, "task.train_fraction=0"],
+                                      "task.train_fraction must be > 0 and <= 1, got 0"),
     "data-root-unset": Case(["run", "task.dataset=fashion_mnist"],
                             "set BENCH_DATA_DIR or pass data_dir=PATH", env={"BENCH_DATA_DIR": ""}),
     "data-root-missing": Case(["run", "task.dataset=fashion_mnist", "data_dir=/nonexistent/data"],
@@ -586,7 +594,10 @@ CHECKED_ELSEWHERE = {
     "mlflow-results-dir-with-percent":
         "test_last_resort.py::test_mlflow_stores_in_a_results_dir_with_percent_and_hash",
     "budget-too-few-steps": "test_engine.py::test_a_budget_of_too_few_steps_warns_once_before_training",
-    "params-unmatched-run-line": "test_extensions.py::test_a_task_from_outside_runs_every_model",
+    "params-unmatched-run-line":
+        "test_extensions.py::test_a_family_run_at_a_width_of_its_own_is_said_to_be_unmatched",
+    "match-not-within-2-percent":
+        "test_param_matching.py::test_a_tiny_model_that_cannot_be_matched_within_2_percent_warns",
     "params-unmatched-table-and-report":
         "test_results.py::test_params_vs_attention_names_an_unmatched_comparison",
     "family-cannot-read-input-kind":

@@ -35,8 +35,9 @@ def test_run_help_lists_groups_and_choices():
     assert "model: attention, gru, lstm" in out.stdout
     assert "task: asr, image, recall, speech, summarization, translation" in out.stdout
     chosen, internal = out.stdout.split("== Groups set by those choices (not typed) ==")
-    assert "suite: claims_heads, claims_length, none, quick, standard" in chosen
-    assert "model_size" not in chosen and "suite_task" in internal  # what users choose comes first
+    assert "suite: claims_heads, claims_length, none, quick, scale_data, scale_model, standard" in chosen
+    assert "suite_task" not in chosen and "suite_task" in internal  # what users choose comes first
+    assert "scale=xs|s|m|l" in out.stdout
 
 
 @pytest.mark.slow

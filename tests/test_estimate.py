@@ -75,6 +75,16 @@ def test_each_run_is_estimated_from_its_own_seed_else_the_others_else_not_at_all
     assert "4 runs have no record" in text and "speech fsdd attention" in text
 
 
+def test_the_data_size_suite_is_estimated_from_the_whole_splits_runs(tmp_path):
+    _record(tmp_path, ["task=image", "model=gru"], seed=0, wall_time_s=120.0)
+    jobs = estimate_jobs(sweep_configs(["suite=scale_data", "task=image", "model=gru,lstm"]), [tmp_path])
+    assert len(jobs) == 4 * 2 * 3  # fractions x models x seeds
+    gru = jobs[jobs["model"] == "gru"]
+    assert (gru["wall_time_s"] == 120.0).all()  # the same samples seen at every size
+    assert set(gru["from"]) == {"this seed", "other seeds", "the whole training split"}
+    assert jobs[jobs["model"] == "lstm"]["wall_time_s"].isna().all()  # never guessed
+
+
 def test_parallel_workers_take_runs_in_order_as_each_frees():
     assert parallel_wall_time([3.0, 1.0, 1.0, 1.0], workers=2) == 3.0
     assert parallel_wall_time([1.0, 1.0, 1.0, 3.0], workers=2) == 4.0

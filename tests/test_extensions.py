@@ -37,7 +37,8 @@ def test_the_project_does_not_know_the_outside_family_or_task():
 @pytest.mark.slow
 @pytest.mark.parametrize("task", list(TASKS))
 def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
-    overrides = [o for o in TASKS[task] if not o.startswith("model.")]  # the family's own sizes
+    # the tiny sizes go to the reference the family is matched to
+    overrides = [o.replace("model.", "reference.", 1) if o.startswith("model.") else o for o in TASKS[task]]
     out = run_cli("run", *overrides, SEARCH, "model=conv1d", f"results_dir={tmp_path}",
                   f"cache_dir={tmp_path / 'c'}", env=ENV)
     assert out.returncode == 0, out.stderr
@@ -46,25 +47,41 @@ def test_a_family_from_outside_runs_on_every_task(tmp_path, task):
     assert rec["model"] == "conv1d" and rec["model_family"] == "conv1d"
     assert NOTES[task] in rec["model_notes"]
     assert rec["config"]["model"]["kernel_size"] == 3 and rec["params"] > 0
+    assert abs(rec["param_match"]["gap"]) <= 0.02
     assert rec["steps"] == 6 and rec["test_metric"] >= 0
 
 
 @pytest.mark.slow
 def test_a_task_from_outside_runs_every_model(tmp_path):
     out = run_cli("run", "-m", SEARCH, "task=majority", "model=attention,lstm,gru,conv1d",
-                  "model.dim=32", "trainer.epochs=2", *BUDGET[2:], f"results_dir={tmp_path}", env=ENV)
+                  "trainer.epochs=2", *BUDGET[2:], f"results_dir={tmp_path}", env=ENV)
     assert out.returncode == 0, out.stderr
     records = read_records(tmp_path)
     assert sorted(r["model"] for r in records) == ["attention", "conv1d", "gru", "lstm"]
     for rec in records:
         assert rec["status"] == "ok" and rec["task"] == "majority" and rec["dataset"] == "bits"
-    params = {r["model"]: r["params"] for r in records}
-    for model in ("lstm", "gru", "conv1d"):  # the sweep runs attention first, then says it
-        ratio = params[model] / params["attention"]
-        said = f"{model} has {ratio:.2f}x the attention model's parameters on majority/bits"
-        assert (said in out.stdout) == (abs(ratio - 1) > 0.1), (said, out.stdout[-2000:])
         assert rec["epochs_run"] == 2 and rec["config"]["trainer"]["batch_size"] == 64  # its recipe
         assert 0.0 <= rec["test_metric"] <= 1.0
+    params = {r["model"]: r["params"] for r in records}
+    for rec in records:  # every family matched to the attention model, with no size file
+        if rec["model"] != "attention":
+            match = rec["param_match"]
+            assert match["target"] == params["attention"] and match["params"] == rec["params"]
+            assert abs(match["gap"]) <= 0.02 and match["width"] > 0
+    assert "the attention model's parameters" not in out.stdout  # no unmatched warning
+
+
+@pytest.mark.slow
+def test_a_family_run_at_a_width_of_its_own_is_said_to_be_unmatched(tmp_path):
+    out = run_cli("run", "-m", SEARCH, "task=majority", "model=attention,conv1d", "model.dim=16",
+                  "trainer.epochs=1", *BUDGET[2:], f"results_dir={tmp_path}", env=ENV)
+    assert out.returncode == 0, out.stderr
+    (conv,) = [r for r in read_records(tmp_path) if r["model"] == "conv1d"]
+    match = conv["param_match"]  # measured against the reference (the task's attention model)
+    assert not match["computed"] and match["width"] == 16 and match["params"] == conv["params"]
+    ratio = match["params"] / match["target"]
+    assert abs(ratio - 1) > 0.1  # 16 wide is not the reference's count
+    assert f"conv1d has {ratio:.2f}x the attention model's parameters on majority/bits" in out.stdout
 
 
 def test_the_family_builder_signature_is_its_settings(tmp_path):

@@ -1,16 +1,19 @@
-"""Every baseline is sized, through conf/model_size, to the attention model's parameter count
-within 10%, for every task and dataset under the task's default config: one case per
-conf/task x conf/model pairing (and each translation RNN with additive attention)."""
+"""Parameter matching, computed: every matched family's width is sized so that its parameter
+count is within 2% of the reference model's (attention), for every task and dataset, every
+scale, and a family from outside the project, with no size file anywhere."""
 
+import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
+from bench.errors import BenchError
 from bench.run.measure import count_parameters
-from bench.setup.build import build_model, build_task
-from bench.setup.compose import CONF_DIR
+from bench.setup.build import build_model, build_task, matched_model, validate
+from bench.setup.compose import CONF_DIR, compose_config
+from bench.setup.task_models import scale_choices
 from bench.task import Splits
+from tests.conftest import ROOT
 
 DATA_INFO = {  # (task, dataset): what the task's loader reports about the data
     ("image", "fashion_mnist"): {"input_shape": [1, 28, 28], "num_classes": 10},
@@ -26,40 +29,116 @@ DATA_INFO = {  # (task, dataset): what the task's loader reports about the data
     ("asr", "synth_strings"): {"max_frames": 323, "vocab_size": 12},
 }
 TASKS = sorted(p.stem for p in (Path(CONF_DIR) / "task").glob("*.yaml"))
-MODELS = sorted(p.stem for p in (Path(CONF_DIR) / "model").glob("*.yaml"))
+BASELINES = sorted(p.stem for p in (Path(CONF_DIR) / "model").glob("*.yaml") if p.stem != "attention")
 VARIANTS = {"translation": [[], ["model.additive_attention=true"]],
             "summarization": [[], ["model.additive_attention=true"]]}
+OUTSIDE = ROOT / "tests" / "outside"
 
 
-def _params(task_name: str, dataset: str, overrides: list[str]) -> int:
+def _setup(task_name: str, dataset: str, overrides: list[str]):
     chosen = ["suite=quick"] if dataset == "quick" else [f"task.dataset={dataset}"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"task={task_name}", *chosen, *overrides])
+    cfg = compose_config("config", [f"task={task_name}", *chosen, *overrides], "run")
     cfg.data_dir, cfg.cache_dir = None, "unused"
-    task = build_task(cfg)
-    kind = task.input_kind(Splits([], [], [], DATA_INFO[(task_name, dataset)]))
-    return count_parameters(build_model(cfg.model, kind).module)
+    validate(cfg)
+    return cfg, build_task(cfg).input_kind(Splits([], [], [], DATA_INFO[(task_name, dataset)]))
+
+
+def _match(task_name: str, dataset: str, overrides: list[str]) -> dict:
+    cfg, inputs = _setup(task_name, dataset, overrides)
+    return matched_model(cfg, inputs)[1]
 
 
 def test_every_task_config_has_a_case():
     assert set(TASKS) == {task for task, _ in DATA_INFO}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model", [m for m in MODELS if m != "attention"])
-@pytest.mark.parametrize("task_name, dataset", list(DATA_INFO))
-def test_baseline_matches_attention_parameters_within_10_percent(task_name, dataset, model):
-    attention = _params(task_name, dataset, ["model=attention"])
+def _cases():
+    for task_name, dataset in DATA_INFO:
+        cfg = compose_config("config", [f"task={task_name}"], "run")
+        for scale in scale_choices(cfg, "attention"):
+            yield task_name, dataset, scale
+
+
+@pytest.mark.parametrize("model", BASELINES)
+@pytest.mark.parametrize("task_name, dataset, scale", list(_cases()))
+def test_every_baseline_is_matched_within_2_percent(task_name, dataset, scale, model):
     variants = [[]] if dataset == "quick" else VARIANTS.get(task_name, [[]])
     for extra in variants:
-        baseline = _params(task_name, dataset, [f"model={model}", *extra])
-        assert abs(baseline - attention) / attention <= 0.10, (model, extra, baseline, attention)
+        facts = _match(task_name, dataset, [f"model={model}", f"scale={scale}", *extra])
+        if scale == "s":  # counted on the meta device = counted on the model built
+            attention_cfg, inputs = _setup(task_name, dataset, ["model=attention"])
+            assert facts["target"] == count_parameters(build_model(attention_cfg.model, inputs).module)
+        assert facts["reference"] == "attention" and facts["computed"]
+        assert abs(facts["gap"]) <= 0.02, (model, extra, facts)
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if m != "attention"])
-@pytest.mark.parametrize("dataset", ["fsdd_strings", "synth_strings"])
-def test_the_conv2d_front_end_keeps_asr_parameters_matched(dataset, model):
-    attention = _params("asr", dataset, ["model=attention", "task.frontend=conv2d"])
-    baseline = _params("asr", dataset, [f"model={model}", "task.frontend=conv2d"])
-    assert abs(baseline - attention) / attention <= 0.10, (baseline, attention)
-    assert attention != _params("asr", dataset, ["model=attention"])  # the front end did change
+@pytest.mark.parametrize("task_name, dataset",
+                         [("image", "digits"), ("translation", "quick"), ("asr", "synth_strings")])
+def test_the_matched_width_is_the_width_built(task_name, dataset):
+    cfg, inputs = _setup(task_name, dataset, ["model=lstm"])
+    model_cfg, facts = matched_model(cfg, inputs)
+    assert model_cfg.dim == facts["width"] and cfg.model.dim is None  # the config is left as composed
+    assert count_parameters(build_model(model_cfg, inputs).module) == facts["params"]
+
+
+def test_each_scale_has_about_four_times_the_parameters_of_the_one_before():
+    for task_name, dataset in DATA_INFO:
+        counts = []
+        for scale in ("xs", "s", "m", "l"):
+            cfg, inputs = _setup(task_name, dataset, ["model=lstm", f"scale={scale}"])
+            counts.append(matched_model(cfg, inputs)[1]["target"])
+        ratios = [b / a for a, b in zip(counts, counts[1:], strict=False)]
+        assert all(2.0 <= r <= 4.5 for r in ratios), (task_name, dataset, counts, ratios)
+
+
+@pytest.mark.parametrize("task_name, dataset", list(DATA_INFO))
+def test_a_family_from_outside_is_matched_with_no_size_file(task_name, dataset, monkeypatch):
+    monkeypatch.syspath_prepend(str(OUTSIDE))
+    sys.modules.pop("conv1d_family", None)
+    facts = _match(task_name, dataset, ["model=conv1d", f"hydra.searchpath=[file://{OUTSIDE / 'conf'}]"])
+    assert abs(facts["gap"]) <= 0.02, facts
+
+
+def test_a_width_given_is_kept_and_its_gap_recorded():
+    facts = _match("image", "digits", ["model=gru", "model.dim=40"])
+    assert facts["width"] == 40 and not facts["computed"] and facts["gap"] < -0.5
+
+
+def test_the_attention_model_is_not_matched():
+    assert _match("image", "digits", ["model=attention"]) is None
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["model=lstm", "scale=xxl"],
+     "scale=xxl is not a size of attention on task=image; choose one of s, xs, m, l"),
+    (["model=attention", "scale=huge"], "scale=huge is not a size of attention"),
+    (["model=lstm", "+task.models.rnn.depht=3"], "task.models.rnn.depht is not a setting of model=lstm"),
+])
+def test_an_unknown_scale_or_task_model_setting_is_a_one_line_error(overrides, said):
+    cfg = compose_config("config", ["task=image", "task.dataset=digits", *overrides], "run")
+    with pytest.raises(BenchError, match=said.replace("(", r"\(")) as e:
+        validate(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_a_reference_sized_by_matching_itself_is_a_one_line_error():
+    with pytest.raises(BenchError, match="the reference model .lstm. is itself sized by matching"):
+        _match("image", "digits", ["model=gru", "model@reference=lstm"])
+
+
+def test_a_tiny_model_that_cannot_be_matched_within_2_percent_warns(caplog):
+    tiny = ["reference.dim=8", "reference.depth=1", "reference.num_heads=2"]
+    facts = _match("image", "digits", ["model=lstm", *tiny])
+    assert abs(facts["gap"]) > 0.02  # one unit of width is more than 2% of so small a model
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"model.dim={facts['width']}" in warning and "not within 2%" in warning
+
+
+def test_run_with_an_unknown_scale_exits_2_with_one_line(tmp_path):
+    from tests.conftest import run_cli
+
+    out = run_cli("run", "task=image", "task.dataset=digits", "model=lstm", "scale=xxl",
+                  f"results_dir={tmp_path}")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "scale=xxl is not a size of attention on task=image" in out.stderr
+    assert not (tmp_path / "runs").exists()

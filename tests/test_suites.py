@@ -62,9 +62,10 @@ def test_claim_experiments_compose_with_a_variant_label():
 
 def test_claims_are_sweeps_over_keys_with_the_hashes_of_their_earlier_files():
     """The claims suites sweep model.num_heads and task.seq_len x model; each job has the hash
-    its own claim file gave it before (b406709), so recorded claims runs resume and group."""
+    its own claim file gave it before (b406709), so recorded claims runs resume and group; the
+    RNNs' since their widths are computed (match_params), a new experiment."""
     earlier = {("claim=heads", "model.num_heads=2"): "44d1cbc37275",
-               ("claim=length", "model=lstm", "task.seq_len=64"): "095179c3dfec",
+               ("claim=length", "model=lstm", "task.seq_len=64"): "1809ec21d829",
                ("claim=length", "model=attention", "task.seq_len=1024"): "8e8f459f5e67"}
     for overrides, digest in earlier.items():
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):

@@ -44,6 +44,18 @@ def _environment(key: str) -> Callable[[dict], Any]:
     return lambda record: (record.get("environment") or {}).get(key)
 
 
+def _train_examples(record: dict) -> Any:
+    data = record.get("data") or {}
+    return data.get("train_examples", (data.get("sizes") or {}).get("train"))
+
+
+def _train_flops(record: dict) -> Any:
+    """Training compute: 3x the forward FLOPs (forward and backward) of every sample seen."""
+    data, flops, epochs = record.get("data") or {}, record.get("flops_per_sample"), record.get("epochs_run")
+    seen = data.get("epoch_examples", _train_examples(record))
+    return 3 * flops * epochs * seen if None not in (flops, epochs, seen) else None
+
+
 def _tuning(key: str) -> Callable[[dict], Any]:
     return lambda record: (record.get("tuning") or {}).get(key)
 
@@ -57,6 +69,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("model_family", "the model config's `family`: `attention`, `rnn`, or a family of your own; "
            "the report compares attention with each other family as a baseline of its own",
            aggregate="first"),
+    Column("scale", "the model size (`scale=`): `s` is each task's default; `xs`, `m`, `l` about 4x "
+           "the parameters apart", aggregate="first", format=str,
+           read=lambda record: (record.get("config") or {}).get("scale", "s")),
+    Column("train_fraction", "the share of the training split trained on (`task.train_fraction`; a "
+           "nested subset, the budget in samples seen unchanged)", aggregate="first",
+           read=lambda record: ((record.get("config") or {}).get("task") or {}).get("train_fraction", 1.0)),
+    Column("train_examples", "training examples (of the subset, with `task.train_fraction`)",
+           aggregate="mean", read=_train_examples),
     Column("variant", "the `variant=` label (`default` when unset); claims use `heads_N` and `length_L`",
            header="variant", format=str, read=lambda record: record.get("variant") or "default"),
     Column("setting", "empty, unless the same task, dataset, model and variant was run with different "
@@ -77,8 +97,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("val_metric", "the best validation score (the one that chose the checkpoint)"),
     Column("params", "trainable parameters", aggregate="mean", header="params", format=whole,
            in_run_list=True),
-    Column("params_vs_attention", "params over the attention model's of the same task and dataset "
-           "(mean of its default-variant runs); outside 0.9-1.1 the comparison is not at matched "
+    Column("params_vs_attention", "params over the reference's: as the run recorded it when its width "
+           "was matched (`param_match`), else over the attention model's of the same task, dataset and "
+           "scale (mean of its default-variant runs); outside 0.9-1.1 the comparison is not at matched "
            "parameters, and the report says so", aggregate="mean", header="params vs attention",
            format=lambda value: "-" if value != value or value is None else f"{value:.2f}x",
            read=lambda record: None),  # set by the table, from the attention runs
@@ -93,6 +114,8 @@ COLUMNS: tuple[Column, ...] = (
            "own memory cost, comparable across runs)", aggregate="mean"),
     Column("peak_memory_mb", "CUDA max allocated, or the process' peak RSS on CPU (process-wide: in a "
            "sequential sweep it includes earlier runs)", aggregate="max"),
+    Column("train_flops", "training compute: 3x the forward FLOPs of every sample seen (epochs run x "
+           "the epoch's samples)", aggregate="mean", format=scaled(1e12), read=_train_flops),
     Column("epochs_run", "epochs trained (fewer than configured when `trainer.max_steps` stops early)",
            aggregate="mean", header="epochs", format=lambda value: fmt(value, 3)),
     Column("wall_time_s", "wall time of the run, data loading to last measurement", aggregate="mean",

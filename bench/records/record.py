@@ -57,6 +57,15 @@ LATER: tuple[Later, ...] = (
     # family chose it
     Later("model._target_", "models.attention_family.build", when=(("model.family", "attention"),)),
     Later("model._target_", "models.rnn_family.build", when=(("model.family", "rnn"),)),
+    # the reference family says it is not matched since baselines' widths are computed
+    Later("model.match_params", False, when=(("model.family", "attention"),)),
+    Later("scale", "s"),
+    Later("task.train_fraction", 1.0),
+    Later("task.train_subset_seed", 0),
+    # attention configs name tie_embeddings since a task's settings reach them by
+    # interpolation; before, only the seq2seq tasks set it (to the builder's default)
+    *(Later("model.tie_embeddings", True, when=(("model.family", "attention"), ("task.name", name)))
+      for name in ("image", "speech", "asr", "recall")),
 )
 
 
@@ -98,6 +107,7 @@ def config_hash(cfg: DictConfig | dict) -> str:
     of ``LATER`` at their ``absent`` values."""
     data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
     data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
+    data = _without_unread_model_settings(data)
     # A suite is a `# @package _global_` override, so its runs have no `suite` key where a run
     # alone has `suite: {}`: hashed alike, a suite's run resumes and groups with the same
     # experiment run on its own.
@@ -105,6 +115,18 @@ def config_hash(cfg: DictConfig | dict) -> str:
     data = with_later_keys(data, present=False)
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _without_unread_model_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without what reaches the experiment only through other keys: the task's
+    settings per model family (``task.models``: the model's resolved keys hold what it read),
+    and the reference model where the model is not sized against it."""
+    config = dict(config)
+    if isinstance(config.get("task"), dict) and "models" in config["task"]:
+        config["task"] = {k: v for k, v in config["task"].items() if k != "models"}
+    if not (isinstance(config.get("model"), dict) and config["model"].get("match_params")):
+        config.pop("reference", None)
+    return config
 
 
 def run_stem(task: str, dataset: str, model: str, seed: int, config_hash: str) -> str:
@@ -162,6 +184,7 @@ class RunRecord(TypedDict, total=False):
     data: dict[str, Any]  # split sizes, batching, what the task read
     model_notes: str
     tuning: dict[str, Any] | None  # mhab tune's runs: {study, trial, role}; see tuning_role
+    param_match: dict[str, Any] | None  # a matched model: {reference, target, params, gap, width, computed}
     # what it measured (bench.run.engine, bench.run.final)
     metric_name: str
     higher_is_better: bool

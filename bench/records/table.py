@@ -140,22 +140,26 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
         settings = among_ok if rec.get("status") == "ok" else among_all
         rows.append({**_row(rec), "setting": settings[_group(rec)][experiment(rec)]})
     frame = pd.DataFrame(rows, columns=NAMES)
-    frame["params_vs_attention"] = params_vs_attention(frame)
+    frame["params_vs_attention"] = params_vs_attention(frame, records)
     return frame
 
 
-def params_vs_attention(frame: pd.DataFrame) -> pd.Series:
-    """Each run's parameters over the attention model's of its task and dataset (the mean over
-    its default-variant ok runs, else over all of them): a fair comparison keeps it within
-    ``PARAMS_TOLERANCE``. NaN where the task and dataset have no attention run."""
+def params_vs_attention(frame: pd.DataFrame, records: list[dict]) -> pd.Series:
+    """Each run's parameters over its reference's: the matched count it recorded
+    (``param_match``), else the attention model's of its task, dataset and scale (the mean over
+    its default-variant ok runs, else over all of them). A fair comparison keeps it within
+    ``PARAMS_TOLERANCE``. NaN where there is nothing to compare with."""
     ratio = pd.Series(float("nan"), index=frame.index, dtype=float)
     ok = frame[(frame["status"] == "ok") & (frame["model_family"] == ATTENTION_FAMILY)]
-    for (task, dataset), rows in frame.groupby(["task", "dataset"], dropna=False):
-        attention = ok[(ok["task"] == task) & (ok["dataset"] == dataset)]
+    for (task, dataset, scale), rows in frame.groupby(["task", "dataset", "scale"], dropna=False):
+        attention = ok[(ok["task"] == task) & (ok["dataset"] == dataset) & (ok["scale"] == scale)]
         default = attention[attention["variant"] == "default"]
         reference = (default if len(default) else attention)["params"].astype(float).mean()
         if reference and reference == reference:  # not NaN, not zero
             ratio[rows.index] = rows["params"].astype(float) / reference
+    for i, rec in zip(frame.index, records, strict=True):
+        if (match := rec.get("param_match")) and match.get("target"):
+            ratio[i] = match["params"] / match["target"]
     return ratio
 
 

@@ -52,6 +52,19 @@ def baselines(group: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {family: rows for family, rows in others.groupby("model_family", sort=True)}
 
 
+# What sets one point of the size axes apart (``bench.report.sizes``): a verdict compares
+# models at the same training-set size and model scale, never across them.
+SIZE_KEYS = ("train_fraction", "scale")
+
+
+def at_the_same_size(rows: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """``rows`` at ``row``'s training-set size and model scale (where the table has them)."""
+    for key in SIZE_KEYS:
+        if key in rows and key in row:
+            rows = rows[rows[key] == row[key]]
+    return rows
+
+
 def _sweeps(agg: pd.DataFrame, axis: str, by: list[str]) -> pd.DataFrame:
     """The aggregate rows that belong to a sweep along ``axis``: rows that share everything
     but the axis (``<axis>_sweep``) and take at least two of its values."""
@@ -102,8 +115,9 @@ def model_verdicts(group: pd.DataFrame) -> list[str]:
     """For one task and dataset: each attention row against the best row of each baseline
     family, by Welch's t-test over seeds, Holm-corrected across the group's comparisons."""
     higher, metric = higher_is_better(group), group["metric_name"].iloc[0]
-    pairs = [(family, a, best_row(rows)) for family, rows in baselines(group).items()
-             for _, a in group[group["model_family"] == ATTENTION].iterrows()]
+    pairs = [(family, a, best_row(same)) for family, rows in baselines(group).items()
+             for _, a in group[group["model_family"] == ATTENTION].iterrows()
+             if not (same := at_the_same_size(rows, a)).empty]
     tests = holm([difference(a, best) for _, a, best in pairs])
     out = []
     for (family, a, best), test in zip(pairs, tests, strict=True):

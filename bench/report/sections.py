@@ -24,6 +24,7 @@ from bench.records.columns import COLUMNS  # noqa: E402
 from bench.records.numbers import fmt  # noqa: E402
 from bench.records.record import tuning_role  # noqa: E402
 from bench.records.table import PARAMS_TOLERANCE, aggregate, counted_records, label, to_frame  # noqa: E402
+from bench.report import sizes  # noqa: E402
 from bench.report.analysis import (  # noqa: E402
     ATTENTION,
     attention_distances,
@@ -62,6 +63,7 @@ TITLES = dict(
         ("attention", "Attention maps"),
         ("samples", "Sample outputs"),
         ("tuning", "Tuned comparisons"),
+        ("sizes", "Along training-set size and model size"),
         ("claims", "The article's claims against the data"),
     ]
 )
@@ -497,6 +499,8 @@ CLAIMS = (
     "1. Several heads see more than one",
     "2. Attention is more parallel and faster than RNNs",
     "3. Attention handles long-range dependencies",
+    "4. " + sizes.CLAIMS["data"],
+    "5. " + sizes.CLAIMS["model"],
 )
 
 
@@ -519,6 +523,8 @@ def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict],
         CLAIMS[0]: heads_findings(agg) + distance_findings(distance_spread(attention_distances(records))),
         CLAIMS[1]: speed_findings(agg) + time_to_quality_findings(time_to_quality(curves)),
         CLAIMS[2]: long_range_findings(agg, records),
+        CLAIMS[3]: sizes.findings(agg, "data"),
+        CLAIMS[4]: sizes.findings(agg, "model"),
     }
     rows = [(claim, f.where, f.verdict, f.numbers) for claim, findings in by_claim.items() for f in findings]
     s.table(pd.DataFrame(rows, columns=["claim", "where", "verdict", "numbers"]))
@@ -598,6 +604,51 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Secti
     return s
 
 
+# ---------------------------------------------------------------- sizes
+def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: bool):
+    """The test metric against the axis' own measure, training FLOPs and wall time: a line per
+    model, its band the seeds' 95% interval."""
+    panels = ((axis.x, 1.0, axis.noun), ("train_flops", 1.0, "training FLOPs"),
+              ("wall_time_s", 60.0, "wall time (min)"))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+    for ax, (x, scale, xlabel) in zip(axes, panels, strict=True):
+        for model, rows in group.groupby("model"):
+            rows = rows.sort_values(axis.x)
+            xs, band = rows[x].astype(float) / scale, rows["ci95"].fillna(0).astype(float)
+            ax.plot(xs, rows["mean"], marker="o", markersize=3, label=model)
+            ax.fill_between(xs, rows["mean"] - band, rows["mean"] + band, alpha=0.2)
+        ax.set_xscale("log")
+        readable_log_axis(ax.xaxis)
+        ax.set_xlabel(xlabel)
+    axes[0].set_ylabel(f"test {metric} ({direction(higher)})")
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def sizes_section(agg: pd.DataFrame) -> Section:
+    found = {name: sizes.points(agg, axis) for name, axis in sizes.AXES.items()}
+    s = opened("sizes", all(rows.empty for rows in found.values()),
+               "No sweep along training-set size or model size: `mhab run -m suite=scale_data "
+               "task=image`, `mhab run -m suite=scale_model task=asr` (docs/sweeps.md).",
+               "Each family at several training-set sizes (nested subsets; the budget in samples "
+               "seen the same at every size) and model sizes (scale=; the RNNs matched to "
+               "attention's parameters at each): the test metric with its seeds' 95% band, against "
+               "the axis itself, training compute and wall time.")
+    for name, rows in found.items():
+        axis = sizes.AXES[name]
+        for (task, dataset), group in rows.groupby(["task", "dataset"]):
+            metric, higher = group["metric_name"].iloc[0], higher_is_better(group)
+            s.figure(f"{task} / {dataset}: test {metric} against {axis.noun}, training FLOPs and "
+                     f"wall time.", _size_figure(group, axis, metric, higher))
+            attention = group[group["model_family"] == ATTENTION]
+            for a_model, a in attention.groupby("model"):
+                for b_model, b in group[group["model_family"] != ATTENTION].groupby("model"):
+                    s.text(f"{task} / {dataset}: " + sizes.crossing(a, b, axis, a_model, b_model) + ".")
+        if not rows.empty:
+            s.table(sizes.curve_table(rows, axis))
+    return s
+
+
 # ---------------------------------------------------------------- writing
 def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
     # The default-recipe sections read plain runs and tuned finals alike: a final is a run of
@@ -619,4 +670,5 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         attention_section(records),
         samples_section(records),
         tuning_section(all_records, side_by_side),
+        sizes_section(agg),
     ]

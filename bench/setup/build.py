@@ -26,15 +26,21 @@ from omegaconf import DictConfig, OmegaConf
 from bench.errors import BenchError
 from bench.run.acceleration import check_compile, check_dtype
 from bench.run.environment import resolve_device
+from bench.setup.matching import WIDTH_KEY, count_on_meta, match_parameters
 from bench.setup.schema import check_section, dataclass_hints, required_fields, signature_hints
-from bench.setup.settings import RunSettings, TrainerSettings
+from bench.setup.settings import RunSettings, TrainerSettings, TrainSubsetSettings
+from bench.setup.subsets import train_subset
+from bench.setup.task_models import check_task_models
 from bench.task import Splits, Task
 from models.inputs import Built, InputKind
 
-# Model config keys that label a run rather than configure the builder.
-LABEL_KEYS = ("_target_", "name", "family")
-# Task config keys the adapter does not take as arguments, and those ``build_task`` passes.
-TASK_LABEL_KEYS = ("_target_",)
+# Model config keys that label a run or say how it is sized rather than configure the builder.
+LABEL_KEYS = ("_target_", "name", "family", "match_params")
+# Task config keys the adapter does not take as arguments: ``models`` (each family's settings
+# on the task, read by the model yamls) and the harness's own (``TrainSubsetSettings``, for
+# every task alike); and those ``build_task`` passes.
+HARNESS_TASK_KEYS = ("models", *dataclass_hints(TrainSubsetSettings))
+TASK_LABEL_KEYS = ("_target_", *HARNESS_TASK_KEYS)
 TASK_INJECTED = ("data_dir", "cache_dir")
 
 
@@ -79,6 +85,9 @@ def check_model_keys(model_cfg: DictConfig) -> None:
     builder = model_builder(model_cfg)
     hints, takes_any = signature_hints(builder, skip=1)  # the first parameter takes the inputs
     settings = model_settings(model_cfg)
+    if model_cfg.get("match_params") and settings.get(WIDTH_KEY) is None:
+        settings.pop(WIDTH_KEY, None)  # computed by the build (bench.setup.matching)
+        hints = {k: v for k, v in hints.items() if k != WIDTH_KEY}
     unread = sorted(set(settings) - set(hints))
     if unread and not takes_any:
         raise BenchError(
@@ -100,6 +109,8 @@ def check_task_keys(task_cfg: DictConfig) -> None:
     hints, takes_any = signature_hints(adapter, exclude=TASK_INJECTED)
     settings = {k: v for k, v in task_cfg.items() if k not in TASK_LABEL_KEYS}
     check_section("task.", settings, hints, "task", takes_any)
+    subset = {k: v for k, v in task_cfg.items() if k in dataclass_hints(TrainSubsetSettings)}
+    check_section("task.", subset, dataclass_hints(TrainSubsetSettings), "task")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -109,6 +120,9 @@ def validate(cfg: DictConfig) -> None:
     check_section("", cfg, dataclass_hints(RunSettings), "top-level", required=required_fields(RunSettings))
     check_task_keys(cfg.task)
     check_model_keys(cfg.model)
+    if cfg.model.get("match_params") and cfg.get("reference") is not None:
+        check_model_keys(cfg.reference)
+    check_task_models(cfg)
     check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer",
                   required=required_fields(TrainerSettings))
     check_dtype(cfg.trainer.dtype, "trainer.dtype")
@@ -118,7 +132,7 @@ def validate(cfg: DictConfig) -> None:
         raise BenchError("logger=mlflow needs MLflow, an optional extra: pip install 'mha-bench[mlflow]' "
                          "(or choose logger=tensorboard, csv or none)")
     m = cfg.model
-    if "num_heads" in m and "dim" in m and m.dim % m.num_heads:
+    if "num_heads" in m and m.get("dim") is not None and m.dim % m.num_heads:
         fits = max(h for h in range(1, m.num_heads + 1) if m.dim % h == 0)
         raise BenchError(
             f"model.num_heads={m.num_heads} does not divide model.dim={m.dim} "
@@ -133,8 +147,11 @@ def check_progress(value: Any) -> None:
 
 
 def build_task(cfg: DictConfig) -> Task:
+    settings = OmegaConf.to_container(cfg.task, resolve=True)
+    for key in HARNESS_TASK_KEYS:  # read by the model configs and the build, not by the adapter
+        settings.pop(key, None)
     try:
-        return instantiate(cfg.task, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir)
+        return instantiate(settings, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir)
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, BenchError):
@@ -162,14 +179,10 @@ def check_memory(builder: Callable[..., Built], inputs: InputKind, settings: dic
     """Count the model's parameters on the meta device (no memory, and the random stream put
     back as it was) and refuse a model whose training state alone exceeds the device's memory,
     before allocating it: an allocation far beyond memory is a one-line error, not a crash."""
-    state = torch.get_rng_state()
     try:
-        with torch.device("meta"):
-            params = sum(p.numel() for p in builder(inputs, **settings).module.parameters())
+        params = count_on_meta(builder, inputs, settings)
     except Exception:  # noqa: BLE001 - the real build reports its own errors
         return
-    finally:
-        torch.set_rng_state(state)
     need, have = params * TRAINING_BYTES_PER_PARAMETER, memory_bytes(device)
     if have is not None and need > have:
         raise BenchError(f"{what} has {params:,} parameters, whose training state needs "
@@ -209,6 +222,7 @@ class Setup:
     model: torch.nn.Module
     built: Built
     device: torch.device
+    param_match: dict[str, Any] | None = None  # bench.setup.matching: how the width was sized
 
     def model_label(self, model_cfg: DictConfig) -> str:
         """The model's name in records and tables (a variant sets itself apart)."""
@@ -229,5 +243,32 @@ def build(cfg: DictConfig) -> Setup:
     seed_everything(cfg.seed)
     splits = task.load(cfg.seed)
     splits.check_not_empty()
-    built = build_model(cfg.model, task.input_kind(splits), device)
-    return Setup(task, splits, built.module.to(device), built, device)
+    splits.train, subset = train_subset(splits.train, cfg.task.get("train_fraction", 1.0),
+                                        cfg.task.get("train_subset_seed", 0), task.train_classes(splits))
+    splits.info = {**splits.info, **subset}
+    inputs = task.input_kind(splits)
+    model_cfg, param_match = matched_model(cfg, inputs)
+    built = build_model(model_cfg, inputs, device)
+    return Setup(task, splits, built.module.to(device), built, device, param_match)
+
+
+def matched_model(cfg: DictConfig, inputs: InputKind) -> tuple[DictConfig, dict[str, Any] | None]:
+    """``cfg.model`` with its width computed where it is matched (``match_params``) and has
+    none, and what the record says of the matching (None for a model that is not matched)."""
+    model_cfg, reference = cfg.model, cfg.get("reference")
+    if not model_cfg.get("match_params"):
+        return model_cfg, None
+    if reference is None:
+        raise BenchError("model.match_params is true but the config names no reference model; "
+                         "add `- model@reference: attention` to its defaults list")
+    if reference.get("match_params") and reference.get(WIDTH_KEY) is None:
+        raise BenchError(f"the reference model ({reference.get('name')}) is itself sized by matching; "
+                         f"give it a width: reference.{WIDTH_KEY}=N reference.match_params=false")
+    try:
+        facts = match_parameters(model_builder(model_cfg), model_settings(model_cfg),
+                                 model_builder(reference), model_settings(reference), inputs,
+                                 str(model_cfg.get("name")))
+    except ValueError as e:  # the reference cannot be built for this input
+        raise BenchError(f"the reference model ({reference.get('name')}): {e}") from None
+    matched = OmegaConf.merge(model_cfg, {WIDTH_KEY: facts["width"]})
+    return matched, {"reference": reference.get("name"), **facts}

@@ -1,0 +1,74 @@
+"""The data-size axis: a training subset of ``task.train_fraction`` of the training split.
+
+The subset is nested (the 10% subset lies inside the 30% one), drawn from one seeded order of
+the training examples, class-stratified where the task has classes (each class keeps its
+share, at least one example), and the same for every run seed and model family: seeds vary the
+model, not the data. Validation and test are untouched.
+
+The budget stays in training samples seen: the subset is repeated to the full split's length,
+so an epoch is as many samples as before, a smaller set is seen more times in it, and the
+recipe (epochs, warm-up, validation cadence, schedules) means the same compute at every size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, TensorDataset
+
+from bench.task import BatchDataset
+
+
+def nested_subset(count: int, fraction: float, seed: int, classes: Tensor | None = None) -> Tensor:
+    """Indices of ``fraction`` of ``count`` examples, ascending: the first of one seeded order,
+    per class where ``classes`` (one label per example) is given."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    if classes is None:
+        return order[: max(1, math.ceil(fraction * count - 1e-9))].sort().values
+    labels = classes[order]
+    kept = []
+    for label in labels.unique():
+        members = order[labels == label]  # this class, in the seeded order
+        kept.append(members[: max(1, math.ceil(fraction * len(members) - 1e-9))])
+    return torch.cat(kept).sort().values
+
+
+class RepeatedSubset(BatchDataset):
+    """``base`` restricted to ``indices`` and repeated to ``length`` examples: example ``i`` is
+    ``base[indices[i % len(indices)]]``. Indexed by a whole batch, as ``base`` is."""
+
+    def __init__(self, base: Dataset, indices: Tensor, length: int) -> None:
+        self.base, self.indices, self.length = base, indices, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _map(self, index: Any) -> Tensor:
+        return self.indices[torch.as_tensor(index) % len(self.indices)]
+
+    def __getitem__(self, index: Any):
+        mapped = self._map(index)
+        if isinstance(self.base, TensorDataset):
+            return self.base[mapped]
+        return self.base[mapped.tolist()]
+
+    def example_lengths(self) -> Tensor | None:
+        lengths = self.base.example_lengths() if isinstance(self.base, BatchDataset) else None
+        return None if lengths is None else lengths[self._map(torch.arange(self.length))]
+
+
+def train_subset(train: Dataset, fraction: float, seed: int,
+                 classes: Tensor | None) -> tuple[Dataset, dict[str, Any]]:
+    """The training split at ``fraction``, and what the record says of it."""
+    full = len(train)
+    if fraction >= 1.0:
+        return train, {"train_fraction": 1.0, "train_examples": full}
+    indices = nested_subset(full, fraction, seed, classes)
+    info = {"train_fraction": fraction, "train_examples": len(indices), "train_examples_full": full,
+            "epoch_examples": full, "stratified": classes is not None,
+            "budget": "an epoch is the full split's size in samples: the subset repeated "
+                      f"{full / len(indices):.1f} times"}
+    return RepeatedSubset(train, indices, full), info
