@@ -91,11 +91,12 @@ def test_each_scale_has_about_four_times_the_parameters_of_the_one_before():
         assert all(2.0 <= r <= 4.5 for r in ratios), (task_name, dataset, counts, ratios)
 
 
-@pytest.mark.parametrize("task_name, dataset", list(DATA_INFO))
-def test_a_family_from_outside_is_matched_with_no_size_file(task_name, dataset, monkeypatch):
+@pytest.mark.parametrize("task_name, dataset, scale", list(_cases()))
+def test_a_family_from_outside_is_matched_with_no_size_file(task_name, dataset, scale, monkeypatch):
     monkeypatch.syspath_prepend(str(OUTSIDE))
     sys.modules.pop("conv1d_family", None)
-    facts = _match(task_name, dataset, ["model=conv1d", f"hydra.searchpath=[file://{OUTSIDE / 'conf'}]"])
+    facts = _match(task_name, dataset, ["model=conv1d", f"scale={scale}",
+                                        f"hydra.searchpath=[file://{OUTSIDE / 'conf'}]"])
     assert abs(facts["gap"]) <= 0.02, facts
 
 

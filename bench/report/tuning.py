@@ -85,8 +85,8 @@ def ordering(a: pd.DataFrame, b: pd.DataFrame, name_a: str, name_b: str) -> str:
     flips = [k for k in range(2, n + 1) if ahead[k] != ahead[k - 1]]
     if len(flips) == 1:
         k = flips[0]
-        who = name_a if ahead[k] else name_b
-        return (f"{who} ahead from {k} trials on (the curves cross at about {k} trials): no "
+        who, other = (name_a, name_b) if ahead[k] else (name_b, name_a)
+        return (f"{who} ahead of {other} from {k} trials on (the curves cross at about {k} trials): no "
                 f"budget-free verdict")
     return (f"the curves cross {len(flips)} times (at {', '.join(map(str, flips))} trials): no "
             f"budget-free verdict")
