@@ -41,8 +41,9 @@ def _curve(values: list[float], higher: bool = True) -> pd.DataFrame:
 def test_ordering_says_over_which_budgets_one_family_leads():
     assert ordering(_curve([0.5, 0.6, 0.7]), _curve([0.4, 0.5, 0.6]), "attention", "gru") == \
         "attention ahead of gru at every budget from 1 to 3 trials"
-    assert ordering(_curve([0.4, 0.6, 0.7]), _curve([0.5, 0.55, 0.6]), "attention", "gru").startswith(
-        "attention ahead of gru from 2 trials on (the curves cross at about 2 trials): no budget-free verdict")
+    crossed = ordering(_curve([0.4, 0.6, 0.7]), _curve([0.5, 0.55, 0.6]), "attention", "gru")
+    assert crossed.startswith("attention ahead of gru from 2 trials on (the curves cross at about 2 trials): "
+                              "no budget-free verdict")
     wer = ordering(_curve([0.1, 0.08], higher=False), _curve([0.2, 0.1], higher=False), "attention", "lstm")
     assert wer == "attention ahead of lstm at every budget from 1 to 2 trials"  # lower WER leads
 
