@@ -51,6 +51,12 @@ def _curve(rows: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     return rows.sort_values(axis.x)
 
 
+def _shared(attention: pd.DataFrame, baseline: pd.DataFrame, axis: Axis) -> pd.DataFrame:
+    """The points both curves have, in ``attention``'s order along x; the baseline's columns
+    end in ``_b``."""
+    return _curve(attention, axis).merge(baseline, on=axis.key, suffixes=("", "_b"))
+
+
 def _compact(value: float) -> str:
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= size:
@@ -61,7 +67,7 @@ def _compact(value: float) -> str:
 def crossing(a: pd.DataFrame, b: pd.DataFrame, axis: Axis, name_a: str, name_b: str) -> str:
     """Where ``a``'s curve (means) is ahead of ``b``'s along ``axis``, in words: the points
     both have, in ``a``'s order along x."""
-    shared = _curve(a, axis).merge(b, on=axis.key, suffixes=("", "_b"))
+    shared = _shared(a, b, axis)
     if shared.empty:
         return f"{name_a} and {name_b} share no point along the {axis.noun}"
     sign = 1 if higher_is_better(a) else -1
@@ -98,9 +104,9 @@ def findings(agg: pd.DataFrame, axis_name: str) -> list[Finding]:
     cases = []
     for (task, dataset), group in rows.groupby(["task", "dataset"]):
         higher = higher_is_better(group)
-        attention = _curve(group[group["model_family"] == ATTENTION], axis)
+        attention = group[group["model_family"] == ATTENTION]
         for model, baseline in group[group["model_family"] != ATTENTION].groupby("model"):
-            shared = attention.merge(baseline, on=axis.key, suffixes=("", "_b"))
+            shared = _shared(attention, baseline, axis)
             if len(shared) < 2:
                 continue
             small, large = shared.iloc[0], shared.iloc[-1]

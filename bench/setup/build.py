@@ -39,7 +39,8 @@ LABEL_KEYS = ("_target_", "name", "family", "match_params")
 # Task config keys the adapter does not take as arguments: ``models`` (each family's settings
 # on the task, read by the model yamls) and the harness's own (``TrainSubsetSettings``, for
 # every task alike); and those ``build_task`` passes.
-HARNESS_TASK_KEYS = ("models", *dataclass_hints(TrainSubsetSettings))
+SUBSET_HINTS = dataclass_hints(TrainSubsetSettings)
+HARNESS_TASK_KEYS = ("models", *SUBSET_HINTS)
 TASK_LABEL_KEYS = ("_target_", *HARNESS_TASK_KEYS)
 TASK_INJECTED = ("data_dir", "cache_dir")
 
@@ -109,8 +110,8 @@ def check_task_keys(task_cfg: DictConfig) -> None:
     hints, takes_any = signature_hints(adapter, exclude=TASK_INJECTED)
     settings = {k: v for k, v in task_cfg.items() if k not in TASK_LABEL_KEYS}
     check_section("task.", settings, hints, "task", takes_any)
-    subset = {k: v for k, v in task_cfg.items() if k in dataclass_hints(TrainSubsetSettings)}
-    check_section("task.", subset, dataclass_hints(TrainSubsetSettings), "task")
+    subset = {k: v for k, v in task_cfg.items() if k in SUBSET_HINTS}
+    check_section("task.", subset, SUBSET_HINTS, "task")
 
 
 def validate(cfg: DictConfig) -> None:

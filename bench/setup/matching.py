@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from bench.errors import BenchError
+from bench.run.measure import count_parameters
 from models.inputs import Built, InputKind
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def count_on_meta(builder: Callable[..., Built], inputs: InputKind, settings: di
             module = builder(inputs, **settings).module
     finally:
         torch.set_rng_state(state)
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+    return count_parameters(module)
 
 
 def nearest_width(count: Callable[[int], int | None], target: int) -> tuple[int, int]:

@@ -26,9 +26,7 @@ def nested_subset(count: int, fraction: float, seed: int, classes: Tensor | None
     """Indices of ``fraction`` of ``count`` examples, ascending: the first of one seeded order,
     per class where ``classes`` (one label per example) is given."""
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
-    if classes is None:
-        return order[: max(1, math.ceil(fraction * count - 1e-9))].sort().values
-    labels = classes[order]
+    labels = torch.zeros(count, dtype=torch.long) if classes is None else classes[order]
     kept = []
     for label in labels.unique():
         members = order[labels == label]  # this class, in the seeded order
