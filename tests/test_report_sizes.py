@@ -94,3 +94,18 @@ def test_crossing_words():
     only = lambda scale: pd.DataFrame({"scale": [scale], "params": [1000], "mean": [0.5],  # noqa: E731
                                        "higher_is_better": [True]})
     assert "share no point" in crossing(only("s"), only("m"), MODEL, "A", "B")
+
+
+def test_the_points_table_is_written_for_reading(tmp_path):
+    _size_records(tmp_path)
+    markdown = write_report(tmp_path)[0].read_text()
+    section = markdown.split("## Along training-set size and model size")[1].split("\n## ")[0]
+    header = next(line for line in section.splitlines() if line.startswith("| task"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert {"train TFLOPs", "wall (min)", "test metric", "± 95% CI"} <= set(columns)
+    row = next(line for line in section.splitlines() if "| asr" in line and "| xs" in line
+               and "| attention" in line)
+    cells = dict(zip(columns, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+    assert cells["test metric"] == "0.202"  # the mean of 0.2, 0.202 and 0.204, not 0.20200000000000001
+    assert cells["wall (min)"] == "6.67"  # 400 s
+    assert "," not in cells["train TFLOPs"] and float(cells["train TFLOPs"]) > 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.records.numbers import fmt
+from bench.records.numbers import fmt, scaled
 from bench.report.analysis import ATTENTION, Finding, higher_is_better, no_data
 from bench.report.stats import holm, verdict, welch
 
@@ -136,6 +136,8 @@ def curve_table(rows: pd.DataFrame, axis: Axis) -> pd.DataFrame:
     table = rows[["task", "dataset", "model", axis.key, axis.x, "train_flops", "wall_time_s", "mean",
                   "ci95", "seeds"]].sort_values(["task", "dataset", "model", axis.x])
     return table.assign(**{axis.x: table[axis.x].map(lambda v: fmt(v, 3)),
-                           "train_flops": table["train_flops"].map(lambda v: fmt(v, 3)),
-                           "wall_time_s": table["wall_time_s"].map(lambda v: fmt(v / 60, 3))}) \
-        .rename(columns={"wall_time_s": "wall (min)", "mean": "test metric", "ci95": "± 95% CI"})
+                           "train_flops": table["train_flops"].map(scaled(1e12, 3)),
+                           "wall_time_s": table["wall_time_s"].map(scaled(60, 3)),
+                           "mean": table["mean"].map(fmt), "ci95": table["ci95"].map(fmt)}) \
+        .rename(columns={"train_flops": "train TFLOPs", "wall_time_s": "wall (min)",
+                         "mean": "test metric", "ci95": "± 95% CI"})
