@@ -414,7 +414,8 @@ def test_lower_is_better_time_to_quality_counts_reaching_down():
 
 
 @pytest.mark.parametrize("values, base", [((800.0, 2750.0), 10), ((1100.0, 1900.0), 10),
-                                          ((3.0, 40_000.0), 10), ((16.0, 1024.0), 2)])
+                                          ((3.0, 40_000.0), 10), ((16.0, 1024.0), 2),
+                                          ((1656.0, 55_000.0), 10)])
 def test_log_axes_label_plain_numbers_that_do_not_overlap(values, base):
     import matplotlib.pyplot as plt
 

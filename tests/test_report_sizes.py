@@ -109,3 +109,23 @@ def test_the_points_table_is_written_for_reading(tmp_path):
     assert cells["test metric"] == "0.202"  # the mean of 0.2, 0.202 and 0.204, not 0.20200000000000001
     assert cells["wall (min)"] == "6.67"  # 400 s
     assert "," not in cells["train TFLOPs"] and float(cells["train TFLOPs"]) > 0
+
+
+def test_the_figures_tick_labels_do_not_run_together():
+    import matplotlib.pyplot as plt
+
+    from bench.report.sections import _size_figure
+
+    # the measured Fashion-MNIST sweep's spans: 1.66k to 55k examples, 19 to 40 TFLOPs
+    group = pd.DataFrame([{"model": model, "train_examples": n, "train_flops": flops,
+                           "wall_time_s": wall * 60, "mean": 0.8 + 0.02 * i, "ci95": 0.005}
+                          for model, flops, wall in (("attention", 40e12, 15.0), ("gru", 19.4e12, 6.0))
+                          for i, n in enumerate((1656, 5505, 16505, 55000))])
+    fig = _size_figure(group, DATA, "accuracy", True)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        shown = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+        boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [t.get_text() for t in shown]
+    plt.close(fig)

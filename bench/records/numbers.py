@@ -19,6 +19,14 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{float(text):.{decimals}f}"
 
 
+def compact(value: float) -> str:
+    """A number in few characters, for axis ticks and sentences: 1.66k, 55k, 40M, 0.25."""
+    for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return fmt(value, 3)
+
+
 def whole(value: float | None) -> str:
     """A count, thousands separated: 1,433,274."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.0f}"

@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 from bench.records.attention_examples import load_example  # noqa: E402
 from bench.records.columns import COLUMNS  # noqa: E402
-from bench.records.numbers import fmt  # noqa: E402
+from bench.records.numbers import compact, fmt  # noqa: E402
 from bench.records.record import tuning_role  # noqa: E402
 from bench.records.table import PARAMS_TOLERANCE, aggregate, counted_records, label, to_frame  # noqa: E402
 from bench.report import sizes  # noqa: E402
@@ -96,8 +96,9 @@ class Section:
 def readable_log_axis(axis, base: float = 10) -> None:
     """Label a log axis (after plotting, so its range is known) with plain numbers that do not
     overlap: 1-2-5 steps when the data span under two decades, powers of ``base`` otherwise;
-    minor ticks unlabelled. Matplotlib's default labels every minor tick of a short range in
-    scientific notation ("2x10^3 3x10^3 4x10^3"), which runs together on a small panel."""
+    thousands as 20k; minor ticks unlabelled. Matplotlib's default labels every minor tick of a
+    short range in scientific notation ("2x10^3 3x10^3 4x10^3"), which runs together on a small
+    panel, and "10,000 20,000" run together on a third of the page."""
     low, high = sorted(axis.get_view_interval())
     decades = math.log10(high / low) if low > 0 else math.inf
     subs = (1.0, 2.0, 5.0) if base == 10 and decades < 2 else (1.0,)
@@ -107,7 +108,7 @@ def readable_log_axis(axis, base: float = 10) -> None:
         # Too narrow for those (LogLocator would then tick every 100 or so): it reads as linear.
         locator = MaxNLocator(nbins=4, steps=[1, 2, 5, 10])
     axis.set_major_locator(locator)
-    axis.set_major_formatter(FuncFormatter(lambda value, _: fmt(value, 3)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: compact(value)))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -608,7 +609,7 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Secti
 def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: bool):
     """The test metric against the axis' own measure, training FLOPs and wall time: a line per
     model, its band the seeds' 95% interval."""
-    panels = ((axis.x, 1.0, axis.noun), ("train_flops", 1.0, "training FLOPs"),
+    panels = ((axis.x, 1.0, axis.noun), ("train_flops", 1e12, "training TFLOPs"),
               ("wall_time_s", 60.0, "wall time (min)"))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
     for ax, (x, scale, xlabel) in zip(axes, panels, strict=True):

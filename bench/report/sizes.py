@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.records.numbers import fmt, scaled
+from bench.records.numbers import compact, fmt, scaled
 from bench.report.analysis import ATTENTION, Finding, higher_is_better, no_data
 from bench.report.stats import holm, verdict, welch
 
@@ -57,13 +57,6 @@ def _shared(attention: pd.DataFrame, baseline: pd.DataFrame, axis: Axis) -> pd.D
     return _curve(attention, axis).merge(baseline, on=axis.key, suffixes=("", "_b"))
 
 
-def _compact(value: float) -> str:
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            return f"{value / size:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
 def crossing(a: pd.DataFrame, b: pd.DataFrame, axis: Axis, name_a: str, name_b: str) -> str:
     """Where ``a``'s curve (means) is ahead of ``b``'s along ``axis``, in words: the points
     both have, in ``a``'s order along x."""
@@ -72,7 +65,7 @@ def crossing(a: pd.DataFrame, b: pd.DataFrame, axis: Axis, name_a: str, name_b: 
         return f"{name_a} and {name_b} share no point along the {axis.noun}"
     sign = 1 if higher_is_better(a) else -1
     ahead = list(sign * (shared["mean"] - shared["mean_b"]) > 0)
-    xs = [_compact(float(x)) for x in shared[axis.x]]
+    xs = [compact(float(x)) for x in shared[axis.x]]
     span = f"from {xs[0]} to {xs[-1]} {axis.noun}"
     if all(ahead):
         return f"{name_a} ahead of {name_b} at every point {span}"
@@ -117,8 +110,8 @@ def findings(agg: pd.DataFrame, axis_name: str) -> list[Finding]:
     tests = holm([welch(large, small) for _, small, large, _, _ in cases])
     out = []
     for (where, small, large, p_small, p_large), test in zip(cases, tests, strict=True):
-        numbers = (f"attention's lead {np.mean(small):+.4g} at {_compact(p_small[axis.x])} {axis.noun}, "
-                   f"{np.mean(large):+.4g} at {_compact(p_large[axis.x])} (per seed, in the metric's "
+        numbers = (f"attention's lead {np.mean(small):+.4g} at {compact(p_small[axis.x])} {axis.noun}, "
+                   f"{np.mean(large):+.4g} at {compact(p_large[axis.x])} (per seed, in the metric's "
                    f"better direction)")
         if min(len(small), len(large)) < 2:
             holds = np.mean(large) > np.mean(small)
