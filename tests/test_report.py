@@ -413,6 +413,18 @@ def test_lower_is_better_time_to_quality_counts_reaching_down():
     assert ttq.loc[("95% of the best", "lstm"), "reached"] == 0
 
 
+def shown_tick_labels(ax) -> list:
+    """The x tick labels a drawn axis shows: with text, inside its limits."""
+    low, high = ax.get_xlim()
+    return [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+
+
+def labels_apart(labels) -> bool:
+    """Left to right, no two labels' boxes overlap."""
+    boxes = sorted((t.get_window_extent() for t in labels), key=lambda b: b.x0)
+    return all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+
+
 @pytest.mark.parametrize("values, base", [((800.0, 2750.0), 10), ((1100.0, 1900.0), 10),
                                           ((3.0, 40_000.0), 10), ((16.0, 1024.0), 2),
                                           ((1656.0, 55_000.0), 10)])
@@ -426,13 +438,11 @@ def test_log_axes_label_plain_numbers_that_do_not_overlap(values, base):
     ax.set_xscale("log", base=base)
     readable_log_axis(ax.xaxis, base=base)
     fig.canvas.draw()
-    low, high = ax.get_xlim()
-    shown = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+    shown = shown_tick_labels(ax)
     plt.close(fig)
     assert len(shown) >= 2
     assert all("e" not in t.get_text() and "times" not in t.get_text() for t in shown)
-    boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
-    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))  # left to right, no overlap
+    assert labels_apart(shown), [t.get_text() for t in shown]
 
 
 def test_attention_distance_is_drawn_and_cited_by_claim_one(tmp_path):

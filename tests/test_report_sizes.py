@@ -6,7 +6,7 @@ import pandas as pd
 from bench.report.render import write_report
 from bench.report.sizes import DATA, MODEL, crossing
 from tests.conftest import write_record
-from tests.test_report import _claim_rows
+from tests.test_report import _claim_rows, labels_apart, shown_tick_labels
 
 FULL = 50_000
 # (train fraction, attention, gru): attention behind on little data, ahead on all of it
@@ -124,8 +124,6 @@ def test_the_figures_tick_labels_do_not_run_together():
     fig = _size_figure(group, DATA, "accuracy", True)
     fig.canvas.draw()
     for ax in fig.axes:
-        low, high = ax.get_xlim()
-        shown = [t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
-        boxes = sorted((t.get_window_extent() for t in shown), key=lambda b: b.x0)
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [t.get_text() for t in shown]
+        shown = shown_tick_labels(ax)
+        assert labels_apart(shown), [t.get_text() for t in shown]
     plt.close(fig)
