@@ -6,7 +6,7 @@ import pandas as pd
 from bench.report.render import write_report
 from bench.report.sizes import DATA, MODEL, crossing
 from tests.conftest import write_record
-from tests.test_report import _claim_rows, labels_apart, shown_tick_labels
+from tests.test_report import _claim_rows, _history, labels_apart, shown_tick_labels
 
 FULL = 50_000
 # (train fraction, attention, gru): attention behind on little data, ahead on all of it
@@ -66,6 +66,26 @@ def test_per_task_verdicts_compare_models_at_the_same_size(tmp_path):
     results = write_report(tmp_path)[0].read_text().split("## Results per task")[1].split("\n## ")[0]
     # four attention rows, each judged against the gru of its own training-set size
     assert results.count("the best rnn baseline, gru (task.train_fraction=") == 4
+
+
+def test_speed_and_time_to_quality_compare_models_at_the_same_size(tmp_path):
+    # (scale, family: samples/s, validation scores): at each scale attention runs at half the
+    # GRU's speed and beats its final score; across scales the big GRU is both slower and better
+    points = {"xs": {"attention": (500.0, [0.5, 0.7]), "gru": (1000.0, [0.5, 0.6])},
+              "m": {"attention": (50.0, [0.8, 0.95]), "gru": (100.0, [0.8, 0.9])}}
+    for scale, models in points.items():
+        for model, (speed, scores) in models.items():
+            for seed in range(2):
+                write_record(tmp_path, f"{scale}-{model}-{seed}", model=model, seed=seed,
+                             train_samples_per_s=speed, test_metric=scores[-1],
+                             history=_history(scores, 1000 / speed), config_hash=f"{scale}-{model}",
+                             config={"task": {"train_fraction": 1.0}, "scale": scale})
+    rows = [r["numbers"] for r in _claim_rows(write_report(tmp_path)[0].read_text(), 2)]
+    speed = [n for n in rows if "samples/s" in n]
+    assert len(speed) == 2 and all("trains at 0.50x the samples/s" in n for n in speed)
+    reached = [n for n in rows if "validation score" in n]
+    assert len(reached) == 2 and not any("never reached" in n for n in reached)
+    assert any("the best rnn baseline's final validation score (0.6)" in n for n in reached)
 
 
 def test_no_sweep_says_how_to_run_one(tmp_path):

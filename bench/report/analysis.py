@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.records.columns import BY_NAME
 from bench.records.numbers import fmt
 from bench.records.table import label, metric_by_length
 from bench.report.stats import Difference, holm, verdict, welch
@@ -99,7 +100,8 @@ def length_buckets(records: list[dict]) -> pd.DataFrame:
     for r in records:
         detail = metric_by_length(r)
         for bucket in (detail or {}).get("buckets", []):
-            rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
+            rows.append({"task": r["task"], "dataset": r["dataset"],
+                         **{key: BY_NAME[key].value(r) for key in SIZE_KEYS}, "model": r["label"],
                          "model_family": r.get("model_family"), "seed": r["seed"],
                          "higher_is_better": r.get("higher_is_better", True),
                          "unit": detail["unit"], "metric": detail["metric"], **bucket})
@@ -170,7 +172,7 @@ def heads_findings(agg: pd.DataFrame) -> list[Finding]:
 
 def speed_findings(agg: pd.DataFrame) -> list[Finding]:
     """Claim 2 on throughput: each attention setting's training samples/s (tokens/s along a
-    length sweep) against the fastest model of each baseline family."""
+    length sweep) against the fastest model of each baseline family at its size."""
     findings = []
 
     def name(row: pd.Series) -> str:  # the variant is the section; the setting sets rows apart
@@ -183,8 +185,10 @@ def speed_findings(agg: pd.DataFrame) -> list[Finding]:
     for (task, dataset), group in default.groupby(["task", "dataset"]):
         timed = group.dropna(subset=["train_samples_per_s"])  # a run too short to time has none
         for family, rows in baselines(timed).items():
-            fastest = rows.loc[rows["train_samples_per_s"].idxmax()]
             for _, row in timed[timed["model_family"] == ATTENTION].iterrows():
+                if (same := at_the_same_size(rows, row)).empty:
+                    continue
+                fastest = same.loc[same["train_samples_per_s"].idxmax()]
                 ratio = row["train_samples_per_s"] / fastest["train_samples_per_s"]
                 findings.append(Finding(
                     f"{task}/{dataset}", faster(ratio),
@@ -272,7 +276,8 @@ def learning_curves(records: list[dict]) -> pd.DataFrame:
         for h in r.get("history") or []:
             if "wall_s" not in h:
                 continue
-            rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
+            rows.append({"task": r["task"], "dataset": r["dataset"],
+                         **{key: BY_NAME[key].value(r) for key in SIZE_KEYS}, "model": r["label"],
                          "model_family": r.get("model_family"), "seed": r["seed"],
                          "metric_name": r.get("metric_name"),
                          "higher_is_better": r.get("higher_is_better", True), "epoch": h["epoch"],
@@ -287,10 +292,10 @@ def baseline_target(family: str) -> str:
 
 
 def quality_targets(curves: pd.DataFrame, share: float = 0.95) -> dict[str, float]:
-    """For one task and dataset: the targets time to quality is measured against, by name.
-    One per baseline family (``best rnn baseline's final``: that family's best model's best
-    validation score, mean over its seeds), so each family is compared with attention on
-    its own; and ``95% of the best``: ``share`` of the best model's (for a lower-is-better
+    """For one task, dataset and size (training-set size and model scale): the targets time to
+    quality is measured against, by name. One per baseline family (``best rnn baseline's
+    final``: that family's best model's best validation score, mean over its seeds), so each
+    family is compared with attention on its own; and ``95% of the best``: ``share`` of the best model's (for a lower-is-better
     metric, the best divided by ``share``)."""
     higher = higher_is_better(curves)
     final = curves.groupby(["model", "model_family", "seed"])["val_metric"]
@@ -305,11 +310,12 @@ def quality_targets(curves: pd.DataFrame, share: float = 0.95) -> dict[str, floa
 
 
 def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per task, dataset, target and model: the wall time and training samples each seed
+    """Per task, dataset, size, target and model: the wall time and training samples each seed
     needed to first reach the target on validation, mean over seeds; ``reached`` counts the
     seeds that did (the means are over those; none: not reached)."""
     rows = []
-    for (task, dataset), group in curves.groupby(["task", "dataset"]) if not curves.empty else ():
+    places = ["task", "dataset", *SIZE_KEYS]
+    for (task, dataset, *size), group in curves.groupby(places) if not curves.empty else ():
         higher = higher_is_better(group)
         for target_name, target in quality_targets(group).items():
             for model, runs in group.groupby("model"):
@@ -319,7 +325,8 @@ def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
                     reached = run[run["val_metric"] >= target] if higher else run[run["val_metric"] <= target]
                     if len(reached):
                         hits.append(reached.iloc[0])
-                rows.append({"task": task, "dataset": dataset, "target": target_name, "target_value": target,
+                rows.append({"task": task, "dataset": dataset, **dict(zip(SIZE_KEYS, size, strict=True)),
+                             "target": target_name, "target_value": target,
                              "model": model, "model_family": runs["model_family"].iloc[0],
                              "seeds": runs["seed"].nunique(), "reached": len(hits),
                              "wall_s": float(np.mean([h["wall_s"] for h in hits])) if hits else math.nan,
@@ -334,7 +341,7 @@ def time_to_quality_findings(ttq: pd.DataFrame) -> list[Finding]:
     findings = []
     if ttq.empty:
         return no_data("no time to quality yet (needs records with per-validation wall times)")
-    for (task, dataset), group in ttq.groupby(["task", "dataset"]):
+    for (task, dataset, *_), group in ttq.groupby(["task", "dataset", *SIZE_KEYS]):
         where, baselines = f"{task}/{dataset}", group[group["model_family"] != ATTENTION]
         for family in baselines["model_family"].unique():
             rows = group[group["target"] == baseline_target(family)]

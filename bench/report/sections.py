@@ -613,14 +613,19 @@ def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: boo
               ("wall_time_s", 60.0, "wall time (min)"))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
     for ax, (x, scale, xlabel) in zip(axes, panels, strict=True):
-        for model, rows in group.groupby("model"):
+        ax.set_xlabel(xlabel)
+        # records written without the measure (by hand, or before it was recorded) leave it out
+        known = group[pd.to_numeric(group[x], errors="coerce").gt(0)] if x in group else group.iloc[0:0]
+        if known.empty:
+            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
+            continue
+        for model, rows in known.groupby("model"):
             rows = rows.sort_values(axis.x)
             xs, band = rows[x].astype(float) / scale, rows["ci95"].fillna(0).astype(float)
             ax.plot(xs, rows["mean"], marker="o", markersize=3, label=model)
             ax.fill_between(xs, rows["mean"] - band, rows["mean"] + band, alpha=0.2)
         ax.set_xscale("log")
         readable_log_axis(ax.xaxis)
-        ax.set_xlabel(xlabel)
     axes[0].set_ylabel(f"test {metric} ({direction(higher)})")
     axes[0].legend(fontsize=7)
     return fig
