@@ -146,4 +146,8 @@ def test_the_figures_tick_labels_do_not_run_together():
     for ax in fig.axes:
         shown = shown_tick_labels(ax)
         assert labels_apart(shown), [t.get_text() for t in shown]
+        assert not ax.yaxis_inverted()
     plt.close(fig)
+    wer = _size_figure(group, DATA, "wer", False)  # better is up: the shared WER axis inverted
+    assert all(ax.yaxis_inverted() for ax in wer.axes)
+    plt.close(wer)

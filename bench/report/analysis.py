@@ -295,8 +295,8 @@ def quality_targets(curves: pd.DataFrame, share: float = 0.95) -> dict[str, floa
     """For one task, dataset and size (training-set size and model scale): the targets time to
     quality is measured against, by name. One per baseline family (``best rnn baseline's
     final``: that family's best model's best validation score, mean over its seeds), so each
-    family is compared with attention on its own; and ``95% of the best``: ``share`` of the best model's (for a lower-is-better
-    metric, the best divided by ``share``)."""
+    family is compared with attention on its own; and ``95% of the best``: ``share`` of the
+    best model's (for a lower-is-better metric, the best divided by ``share``)."""
     higher = higher_is_better(curves)
     final = curves.groupby(["model", "model_family", "seed"])["val_metric"]
     final = (final.max() if higher else final.min()).groupby(["model", "model_family"]).mean()

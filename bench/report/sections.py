@@ -627,6 +627,8 @@ def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: boo
         ax.set_xscale("log")
         readable_log_axis(ax.xaxis)
     axes[0].set_ylabel(f"test {metric} ({direction(higher)})")
+    if not higher:  # WER: better is up here too (the panels share the axis)
+        axes[0].invert_yaxis()
     axes[0].legend(fontsize=7)
     return fig
 
@@ -639,7 +641,8 @@ def sizes_section(agg: pd.DataFrame) -> Section:
                "Each family at several training-set sizes (nested subsets; the budget in samples "
                "seen the same at every size) and model sizes (scale=; the RNNs matched to "
                "attention's parameters at each): the test metric with its seeds' 95% band, against "
-               "the axis itself, training compute and wall time.")
+               "the axis itself, training compute and wall time; better is up (a lower-is-better "
+               "metric's axis is inverted).")
     for name, rows in found.items():
         axis = sizes.AXES[name]
         for (task, dataset), group in rows.groupby(["task", "dataset"]):
