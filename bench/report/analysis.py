@@ -100,8 +100,7 @@ def length_buckets(records: list[dict]) -> pd.DataFrame:
     for r in records:
         detail = metric_by_length(r)
         for bucket in (detail or {}).get("buckets", []):
-            rows.append({"task": r["task"], "dataset": r["dataset"],
-                         **{key: BY_NAME[key].value(r) for key in SIZE_KEYS}, "model": r["label"],
+            rows.append({"task": r["task"], "dataset": r["dataset"], "model": r["label"],
                          "model_family": r.get("model_family"), "seed": r["seed"],
                          "higher_is_better": r.get("higher_is_better", True),
                          "unit": detail["unit"], "metric": detail["metric"], **bucket})
