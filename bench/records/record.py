@@ -300,7 +300,7 @@ def write_record(run_dir: Path, record: RunRecord) -> Path:
 def read_record(path: str | Path) -> RunRecord:
     """A run record, checked, with its config hash computed again from its config: a record
     written before a change to what the hash leaves out (``LATER``, the suite key) still
-    has the hash of the same experiment today."""
+    has the hash of the same experiment today. Its ``run_dir`` is the folder it was read from."""
     path = Path(path)
     with working_on(f"reading {path}"):
         return _read_record(path)
@@ -321,6 +321,9 @@ def _read_record(path: Path) -> RunRecord:
         raise BenchError(f"malformed run record {path} ({problem}); delete it or rerun that run")
     if isinstance(rec.get("config"), dict):
         rec["config_hash"] = config_hash(rec["config"])
+    # the run's folder is where its record lies now: a results dir that was moved, copied or
+    # published (bench.records.portable) reads the same from any checkout
+    rec["run_dir"] = str(path.parent)
     return rec
 
 
