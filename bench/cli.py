@@ -129,6 +129,9 @@ def table_parser() -> argparse.ArgumentParser:
     parser.add_argument("results_dir", nargs="?", default="results")
     parser.add_argument("--columns", action="store_true",
                         help="print what each column of the table means (Markdown) and exit")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the results as a Markdown table for reading (a row per task, a "
+                             "column per model; the README's, from results/reference) and exit")
     return parser
 
 
@@ -137,7 +140,7 @@ def table_command(args: list[str]) -> int:
     log_errors_to(ns.results_dir)
     from bench.records.columns import markdown
     from bench.records.numbers import fmt
-    from bench.records.table import aggregate, load, run_list_columns, save
+    from bench.records.table import aggregate, load, markdown_summary, run_list_columns, save
 
     if ns.columns:
         print(markdown())
@@ -147,6 +150,9 @@ def table_command(args: list[str]) -> int:
     if frame.empty:
         error(f"no run records under {ns.results_dir}/runs; run 'mhab run' first")
         return 1
+    if ns.markdown:
+        print(markdown_summary(frame))
+        return 0
     paths = save(frame, ns.results_dir)
     print(frame[run_list_columns(frame)].to_string(index=False, float_format=fmt))
     print()
@@ -176,6 +182,29 @@ def report_command(args: list[str]) -> int:
         return 1
     for path in write_report(ns.results_dir):
         print(f"wrote {path}")
+    return 0
+
+
+def publish_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mhab publish",
+        description="Make a results dir fit to commit (results/reference): each complete record "
+                    "(ok, or failed with its reason) without host name or machine paths (its config "
+                    "hash unchanged), incomplete runs removed (a rerun of the sweep runs them), each "
+                    "run folder reduced to its record (and one attention example per task and "
+                    "dataset), then results.csv and the report written from exactly that.",
+        epilog="example: mhab run -m suite=standard results_dir=results/reference && "
+               "mhab publish results/reference && git add results/reference")
+    parser.add_argument("results_dir", nargs="?", default="results/reference")
+    return parser
+
+
+def publish_command(args: list[str]) -> int:
+    ns = publish_parser().parse_args(args)
+    log_errors_to(ns.results_dir)
+    from bench.report.reference import publish
+
+    print(publish(ns.results_dir).summary())
     return 0
 
 
@@ -368,6 +397,8 @@ COMMANDS = {
     "table": (table_command, "all run records under a results dir as one table (saved as "
                              "parquet and CSV), with mean/std/95% CI over seeds"),
     "report": (report_command, "write report.md and a self-contained report.html from a results dir"),
+    "publish": (publish_command, "make a results dir fit to commit (results/reference): portable "
+                                 "records, incomplete runs left out, its table and report"),
     "speed": (speed_command, "throughput, FLOP rate and memory of the core against torch and timm, "
                              "and of every task's models (writes speed.csv)"),
     "tune": (tune_command, "the same hyper-parameter search for every model family (Optuna), then "
@@ -408,7 +439,8 @@ def check_command(argv: list[str]) -> None:
         else:
             estimate.sweep_configs(ns.overrides)
     else:
-        {"table": table_parser, "report": report_parser, "data": data_parser}[command]().parse_args(args)
+        {"table": table_parser, "report": report_parser, "data": data_parser,
+         "publish": publish_parser}[command]().parse_args(args)
 
 
 def _raise_terminated(signum: int, frame: object) -> None:

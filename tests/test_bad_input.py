@@ -202,6 +202,23 @@ def output_blocked(name: str) -> Callable[[Path], list[str]]:
     return setup
 
 
+HELD_LOCKS: list[int] = []  # descriptors kept open (and locked) until the test process ends
+
+
+def a_run_in_progress(tmp: Path) -> list[str]:
+    """A results dir with one ok record and a run that holds its lock now (this process)."""
+    import fcntl
+    import os
+
+    extra = record_file(json.dumps(OK_RECORD))(tmp)
+    lock = tmp / "results" / "locks" / "abc-s1.lock"
+    lock.parent.mkdir()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    HELD_LOCKS.append(fd)
+    return extra
+
+
 def empty_train_files(tmp: Path) -> list[str]:
     """A Multi30k-style pair the project has no checksums for, whose train files are empty."""
     for split in ("train", "val", "test_2016_flickr"):
@@ -294,6 +311,10 @@ CATALOGUE: dict[str, Case] = {
     "malformed-record-on-resume": Case(DIGITS, "malformed run record",
                                        setup=malformed_record_of_this_run),
     "no-records-to-report": Case(["report", "/nonexistent/results"], "no run records under"),
+    "publish-no-runs": Case(["publish", "/nonexistent/results"], "no runs under"),
+    "publish-while-running": Case(["publish"], "a run is in progress", setup=a_run_in_progress),
+    "publish-nothing-complete": Case(["publish"], "no complete record",
+                                     setup=record_file(json.dumps({**OK_RECORD, "status": "interrupted"}))),
     "unknown-data-name": Case(["data", "download", "cifar10"], "unknown dataset 'cifar10'"),
     "cuda-absent": Case([*DIGITS, "device=cuda"], "no CUDA device is visible"),
     # Settings checked against their declared types and ranges (bench/setup/schema.py).
