@@ -399,7 +399,7 @@ def test_lower_is_better_time_to_quality_counts_reaching_down():
     from bench.report.analysis import quality_targets, time_to_quality
 
     curves = pd.DataFrame([{"task": "asr", "dataset": "d", "train_fraction": 1.0, "scale": "s",
-                            "model": m, "model_family": f, "seed": 0,
+                            "device_name": "cpu", "model": m, "model_family": f, "seed": 0,
                             "higher_is_better": False, "epoch": e, "train_samples": e, "wall_s": 10.0 * e,
                             "val_metric": v}
                            for m, f, scores in (("attention", "attention", [0.5, 0.1, 0.05]),

@@ -128,7 +128,11 @@ COLUMNS: tuple[Column, ...] = (
            "(explicit matmuls), with `(train)` and `(infer)` where the two differ; empty without the core",
            aggregate="first"),
     Column("device", "`cpu` or `cuda`", read=_environment("device")),
-    Column("device_name", "the processor or GPU model", read=_environment("device_name")),
+    Column("device_name", "the processor or GPU model; the report compares throughput, wall time and "
+           "time to quality only between runs on the same one", read=_environment("device_name")),
+    Column("git_revision", "the commit of mha-bench the run trained with (`-dirty`: with uncommitted "
+           "changes); the report names the revisions its records come from",
+           read=_environment("git_revision")),
     Column("study", "`mhab tune`'s study the run belongs to (empty for a plain run)", aggregate="first",
            read=_tuning("study"), in_run_list=True),
     Column("trial", "the study's trial number: a trial's own, or the trial a final repeats",

@@ -15,9 +15,13 @@ from scipy import stats
 
 from bench.records.atomic import atomic_write, atomic_write_text
 from bench.records.columns import COLUMNS, NAMES
+from bench.records.numbers import fmt
 from bench.records.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
 GROUP = ["task", "dataset", "model", "variant", "setting"]
+# The column that names the processor (or GPU) a run was timed on. Quality pools over it;
+# throughput, wall time and time to quality are compared only within one (``by_processor``).
+PROCESSOR = "device_name"
 ATTENTION_FAMILY = "attention"
 PARAMS_TOLERANCE = 0.10  # a baseline's parameters within 10% of attention's: a fair comparison
 MAX_SETTING_KEYS = 3
@@ -225,11 +229,12 @@ def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
     return ok.drop_duplicates([*GROUP, "config_hash", "seed"], keep="last")
 
 
-def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
+def aggregate(frame: pd.DataFrame, by_processor: bool = False) -> pd.DataFrame:
     """Mean, std and 95% CI of the test metric over seeds, per task, dataset, model and
-    variant (ok runs only), with parameters and throughput beside them."""
+    variant (ok runs only), with parameters and throughput beside them; ``by_processor``:
+    per processor model too (what timings are compared within)."""
     ok = latest_ok(frame)
-    grouped = ok.groupby(GROUP, dropna=False)
+    grouped = ok.groupby([*GROUP, PROCESSOR] if by_processor else GROUP, dropna=False)
     columns = {c.aggregate_name: (c.name, c.aggregate) for c in COLUMNS if c.aggregate}
     out = grouped.agg(**columns, mean=("test_metric", "mean"), std=("test_metric", "std")).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
@@ -248,3 +253,40 @@ def run_list_columns(frame: pd.DataFrame) -> list[str]:
 
 
 TUNING_COLUMNS = ("study", "trial", "role")
+
+
+def _cell(row: pd.Series) -> str:
+    spread = f" ± {fmt(row['ci95'], 2)}" if not math.isnan(row["ci95"]) else ""
+    return f"{fmt(row['mean'])}{spread} ({row['seeds']})"
+
+
+def markdown_summary(frame: pd.DataFrame) -> str:
+    """The results as a Markdown table for reading (the README's, from ``results/reference``:
+    ``mhab table results/reference --markdown``): a row per task, dataset, variant and
+    setting, a column per model, each cell the test metric's mean ± the half-width of its 95%
+    interval over seeds, with the number of seeds; then the processors and code revisions the
+    runs come from. A model without an ok run there reads "-"."""
+    agg = aggregate(frame)
+    if agg.empty:
+        return "no ok run to show"
+    # attention first, then the baselines in the order the table meets them
+    attention_first = agg.sort_values("model_family", key=lambda f: f != ATTENTION_FAMILY, kind="stable")
+    models = list(attention_first["model"].unique())
+    lines = ["| task (dataset), test metric | " + " | ".join(models) + " |",
+             "|---|" + "---|" * len(models)]
+    for (task, dataset, variant, setting), rows in agg.groupby(["task", "dataset", "variant", "setting"],
+                                                                dropna=False, sort=True):
+        higher = bool(rows["higher_is_better"].iloc[0])
+        extra = "; ".join(v for v in (variant if variant != "default" else "", setting) if v)
+        place = f"{task} ({dataset}{'; ' + extra if extra else ''}), {rows['metric_name'].iloc[0]}"
+        cells = {row["model"]: _cell(row) for _, row in rows.iterrows()}
+        lines.append(f"| {place} ({'higher' if higher else 'lower'} is better) | "
+                     + " | ".join(cells.get(m, "-") for m in models) + " |")
+    ok = latest_ok(frame)
+    processors = ", ".join(f"{name} ({n} runs)" for name, n in
+                           sorted(ok[PROCESSOR].fillna("unknown processor").value_counts().items()))
+    revisions = ", ".join(f"`{rev[:7]}`{'-dirty' if rev.endswith('-dirty') else ''} ({n} runs)" for rev, n in
+                          sorted(ok["git_revision"].fillna("unknown").value_counts().items()))
+    lines += ["", f"Each cell: mean ± half-width of the 95% interval over seeds (seeds in brackets). "
+                  f"Processor: {processors}. Code: {revisions}."]
+    return "\n".join(lines)

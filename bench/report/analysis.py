@@ -17,7 +17,7 @@ import pandas as pd
 
 from bench.records.columns import BY_NAME
 from bench.records.numbers import fmt
-from bench.records.table import label, metric_by_length
+from bench.records.table import PROCESSOR, label, metric_by_length
 from bench.report.stats import Difference, holm, verdict, welch
 
 ATTENTION = "attention"
@@ -59,8 +59,9 @@ SIZE_KEYS = ("train_fraction", "scale")
 
 
 def at_the_same_size(rows: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
-    """``rows`` at ``row``'s training-set size and model scale (where the table has them)."""
-    for key in SIZE_KEYS:
+    """``rows`` at ``row``'s training-set size and model scale, and on its processor (where the
+    table has them: timings are compared on one processor model only)."""
+    for key in (*SIZE_KEYS, PROCESSOR):
         if key in rows and key in row:
             rows = rows[rows[key] == row[key]]
     return rows
@@ -169,9 +170,17 @@ def heads_findings(agg: pd.DataFrame) -> list[Finding]:
     ]
 
 
+def on_processor(rows: pd.DataFrame, processor: object) -> str:
+    """`` on <processor>`` where ``rows`` were timed on more than one processor model, else
+    nothing: the place of a timing names its processor only when there is a choice."""
+    several = PROCESSOR in rows and rows[PROCESSOR].nunique(dropna=False) > 1
+    return f" on {processor}" if several else ""
+
+
 def speed_findings(agg: pd.DataFrame) -> list[Finding]:
     """Claim 2 on throughput: each attention setting's training samples/s (tokens/s along a
-    length sweep) against the fastest model of each baseline family at its size."""
+    length sweep) against the fastest model of each baseline family at its size, on the same
+    processor (``agg`` by processor: ``aggregate(..., by_processor=True)``)."""
     findings = []
 
     def name(row: pd.Series) -> str:  # the variant is the section; the setting sets rows apart
@@ -190,7 +199,7 @@ def speed_findings(agg: pd.DataFrame) -> list[Finding]:
                 fastest = same.loc[same["train_samples_per_s"].idxmax()]
                 ratio = row["train_samples_per_s"] / fastest["train_samples_per_s"]
                 findings.append(Finding(
-                    f"{task}/{dataset}", faster(ratio),
+                    f"{task}/{dataset}{on_processor(agg, row.get(PROCESSOR))}", faster(ratio),
                     f"{name(row)} trains at {ratio:.2f}x the samples/s of the fastest {family} "
                     f"baseline, {name(fastest)}; one measurement per run, no CI"))
     for (task, seq_len), group in length_table(agg).groupby(["task", "seq_len"]):
@@ -276,7 +285,8 @@ def learning_curves(records: list[dict]) -> pd.DataFrame:
             if "wall_s" not in h:
                 continue
             rows.append({"task": r["task"], "dataset": r["dataset"],
-                         **{key: BY_NAME[key].value(r) for key in SIZE_KEYS}, "model": r["label"],
+                         **{key: BY_NAME[key].value(r) for key in SIZE_KEYS},
+                         PROCESSOR: BY_NAME[PROCESSOR].value(r) or "unknown processor", "model": r["label"],
                          "model_family": r.get("model_family"), "seed": r["seed"],
                          "metric_name": r.get("metric_name"),
                          "higher_is_better": r.get("higher_is_better", True), "epoch": h["epoch"],
@@ -313,8 +323,8 @@ def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
     needed to first reach the target on validation, mean over seeds; ``reached`` counts the
     seeds that did (the means are over those; none: not reached)."""
     rows = []
-    places = ["task", "dataset", *SIZE_KEYS]
-    for (task, dataset, *size), group in curves.groupby(places) if not curves.empty else ():
+    places = ["task", "dataset", *SIZE_KEYS, PROCESSOR]
+    for (task, dataset, *size, processor), group in curves.groupby(places) if not curves.empty else ():
         higher = higher_is_better(group)
         for target_name, target in quality_targets(group).items():
             for model, runs in group.groupby("model"):
@@ -325,6 +335,7 @@ def time_to_quality(curves: pd.DataFrame) -> pd.DataFrame:
                     if len(reached):
                         hits.append(reached.iloc[0])
                 rows.append({"task": task, "dataset": dataset, **dict(zip(SIZE_KEYS, size, strict=True)),
+                             PROCESSOR: processor,
                              "target": target_name, "target_value": target,
                              "model": model, "model_family": runs["model_family"].iloc[0],
                              "seeds": runs["seed"].nunique(), "reached": len(hits),
@@ -340,8 +351,9 @@ def time_to_quality_findings(ttq: pd.DataFrame) -> list[Finding]:
     findings = []
     if ttq.empty:
         return no_data("no time to quality yet (needs records with per-validation wall times)")
-    for (task, dataset, *_), group in ttq.groupby(["task", "dataset", *SIZE_KEYS]):
-        where, baselines = f"{task}/{dataset}", group[group["model_family"] != ATTENTION]
+    for (task, dataset, *_, processor), group in ttq.groupby(["task", "dataset", *SIZE_KEYS, PROCESSOR]):
+        where = f"{task}/{dataset}{on_processor(ttq, processor)}"
+        baselines = group[group["model_family"] != ATTENTION]
         for family in baselines["model_family"].unique():
             rows = group[group["target"] == baseline_target(family)]
             quickest = rows[rows["model_family"] == family]

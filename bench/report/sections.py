@@ -20,10 +20,17 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from bench.records.attention_examples import load_example  # noqa: E402
-from bench.records.columns import COLUMNS  # noqa: E402
-from bench.records.numbers import compact, fmt  # noqa: E402
+from bench.records.columns import BY_NAME, COLUMNS  # noqa: E402
+from bench.records.numbers import compact, fmt, whole  # noqa: E402
 from bench.records.record import tuning_role  # noqa: E402
-from bench.records.table import PARAMS_TOLERANCE, aggregate, counted_records, label, to_frame  # noqa: E402
+from bench.records.table import (  # noqa: E402
+    PARAMS_TOLERANCE,
+    PROCESSOR,
+    aggregate,
+    counted_records,
+    label,
+    to_frame,
+)
 from bench.report import sizes  # noqa: E402
 from bench.report.analysis import (  # noqa: E402
     ATTENTION,
@@ -39,6 +46,7 @@ from bench.report.analysis import (  # noqa: E402
     length_table,
     long_range_findings,
     model_verdicts,
+    on_processor,
     speed_findings,
     time_to_quality,
     time_to_quality_findings,
@@ -129,15 +137,39 @@ def _results_table(group: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def results_section(frame: pd.DataFrame, agg: pd.DataFrame) -> Section:
+# The aggregate's timings: compared only between runs on one processor model.
+TIMINGS = ("train_samples_per_s", "infer_samples_per_s", "wall_time_s")
+
+
+def _timings_by_processor(timed: pd.DataFrame) -> pd.DataFrame:
+    """One task's timings per model and processor model, as the report shows them."""
+    table = {"model": [label(r.model, r.variant, r.setting) for r in timed.itertuples()],
+             "processor": timed[PROCESSOR].fillna("unknown processor"),
+             "seeds": timed["seeds"].map(whole)}
+    for name in TIMINGS:
+        table[BY_NAME[name].header] = timed[name].map(BY_NAME[name].format)
+    return pd.DataFrame(table)
+
+
+def results_section(frame: pd.DataFrame, agg: pd.DataFrame, timing: pd.DataFrame) -> Section:
+    """Per task: the pooled aggregate (quality over every seed); where its runs were timed on
+    more than one processor model, its timings are left out of that table and given per
+    processor model beside it (``timing``: ``aggregate(..., by_processor=True)``)."""
     s = Section("results", TITLES["results"])
     if agg.empty:
         s.text("No successful runs yet: run `mhab run -m suite=quick`.")
     for (task, dataset), group in agg.groupby(["task", "dataset"]):
         metric = group["metric_name"].iloc[0]
-        table = _results_table(group, metric)
+        timed = timing[(timing["task"] == task) & (timing["dataset"] == dataset)]
+        processors = timed[PROCESSOR].nunique(dropna=False)
+        if processors > 1:
+            group = group.assign(**{name: math.nan for name in TIMINGS})
         s.text(f"{task} / {dataset}")
-        s.table(table)
+        s.table(_results_table(group, metric))
+        if processors > 1:
+            s.text(f"These runs were made on {processors} processor models: the metric pools their "
+                   f"seeds; throughput and wall time are compared within one processor model only:")
+            s.table(_timings_by_processor(timed))
         for verdict in model_verdicts(group):
             s.text(verdict)
         unmatched = group[(group["params_vs_attention"] - 1).abs() > PARAMS_TOLERANCE]
@@ -169,9 +201,11 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
     if agg.empty:
         s.text("No data.")
         return s
-    tasks = list(agg.groupby(["task", "dataset"]))
+    if PROCESSOR not in agg:  # an aggregate pooled over processors: one panel per task
+        agg = agg.assign(**{PROCESSOR: None})
+    tasks = list(agg.groupby(["task", "dataset", PROCESSOR], dropna=False))
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
-    for ax, ((task, dataset), group) in zip(axes[0], tasks, strict=True):
+    for ax, ((task, dataset, processor), group) in zip(axes[0], tasks, strict=True):
         for row in group.itertuples():
             ax.errorbar(
                 row.train_samples_per_s,
@@ -187,9 +221,10 @@ def tradeoff_section(agg: pd.DataFrame) -> Section:
         ax.set_ylabel(f"test {group['metric_name'].iloc[0]} ({direction(higher_is_better(group))})")
         if not higher_is_better(group):  # WER: better is up here too
             ax.invert_yaxis()
-        ax.set_title(f"{task} / {dataset}")
+        ax.set_title(f"{task} / {dataset}{on_processor(agg, processor)}")
         ax.legend(fontsize=7)
-    s.figure("Test metric (mean ± 95% CI) against training throughput, per task.", fig)
+    per = "per task and processor model" if agg[PROCESSOR].nunique(dropna=False) > 1 else "per task"
+    s.figure(f"Test metric (mean ± 95% CI) against training throughput, {per}.", fig)
     s.text("Up and to the right is better: more accurate and faster to train (the axis of a "
            "lower-is-better metric, such as WER, is inverted).")
     return s
@@ -331,15 +366,16 @@ def quality_section(records: list[dict]) -> Section:
     if curves.empty:
         return s
     ttq = time_to_quality(curves)
-    for (task, dataset), group in curves.groupby(["task", "dataset"]):
+    for (task, dataset, processor), group in curves.groupby(["task", "dataset", PROCESSOR]):
         metric = group["metric_name"].iloc[0]
+        where = f"{task} / {dataset}{on_processor(curves, processor)}"
         fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
         _curve_panel(by_epoch, group, "epoch", 1, "epoch")
         _curve_panel(by_time, group, "wall_s", 60, "wall time (min)")
         by_epoch.set_ylabel(f"validation {metric} ({direction(higher_is_better(group))})")
-        fig.suptitle(f"{task} / {dataset}")
-        s.figure(f"{task} / {dataset}: validation {metric} against epoch and wall time.", fig)
-        rows = ttq[(ttq["task"] == task) & (ttq["dataset"] == dataset)]
+        fig.suptitle(where)
+        s.figure(f"{where}: validation {metric} against epoch and wall time.", fig)
+        rows = ttq[(ttq["task"] == task) & (ttq["dataset"] == dataset) & (ttq[PROCESSOR] == processor)]
         s.table(pd.DataFrame({
             "target": [f"{t} ({v:.4g})" for t, v in zip(rows["target"], rows["target_value"], strict=True)],
             "model": rows["model"],
@@ -505,24 +541,44 @@ CLAIMS = (
 )
 
 
+def _counted(values: pd.Series, unknown: str) -> str:
+    counts = values.fillna(unknown).value_counts()
+    return ", ".join(f"{name} ({n} run{'s' * (n != 1)})" for name, n in sorted(counts.items()))
+
+
+def provenance(frame: pd.DataFrame) -> str:
+    """Where the records come from: the processor models and code revisions, counted, and how
+    the report treats more than one processor model."""
+    ok = frame[frame["status"] == "ok"]
+    processors = ok[PROCESSOR].nunique(dropna=False)
+    text = (f"Measured on: {_counted(ok[PROCESSOR], 'unknown hardware')}. Code: "
+            f"{_counted(ok['git_revision'].str[:12], 'unknown revision')}.")
+    if processors > 1:
+        text += (f" The records come from {processors} processor models: throughput, wall time and "
+                 f"time to quality are compared only between runs on the same one (per processor in "
+                 f"the tables, findings and figures); test metrics are pooled across them.")
+    return text
+
+
 def claims_section(frame: pd.DataFrame, agg: pd.DataFrame, records: list[dict],
-                   tuned: pd.DataFrame | None = None) -> Section:
+                   tuned: pd.DataFrame | None = None, timing: pd.DataFrame | None = None) -> Section:
     """The report's front page: the answer first, one table row per claim and place, with its
     verdict and the numbers it rests on; the per-task results follow."""
     s = Section("claims", TITLES["claims"])
-    hardware = ", ".join(sorted(set(frame["device_name"].dropna()))) or "unknown hardware"
+    s.text(provenance(frame))
     s.text(
-        f"Measured on: {hardware}. A verdict from seeds rests on Welch's t-test of the difference "
-        f"of the means (its 95% interval and p beside it), Holm-corrected across the comparisons "
-        f"of one claim: supported or contradicted when significant at 5%, inconclusive otherwise, "
-        f"and always with a single seed. A finding without such a test (throughput, one "
-        f"measurement per run; time to quality; metric by length) is only an indication for or "
-        f"against the claim, never a verdict."
+        "A verdict from seeds rests on Welch's t-test of the difference "
+        "of the means (its 95% interval and p beside it), Holm-corrected across the comparisons "
+        "of one claim: supported or contradicted when significant at 5%, inconclusive otherwise, "
+        "and always with a single seed. A finding without such a test (throughput, one "
+        "measurement per run; time to quality; metric by length) is only an indication for or "
+        "against the claim, never a verdict."
     )
     curves = learning_curves(records)
     by_claim = {
         CLAIMS[0]: heads_findings(agg) + distance_findings(distance_spread(attention_distances(records))),
-        CLAIMS[1]: speed_findings(agg) + time_to_quality_findings(time_to_quality(curves)),
+        CLAIMS[1]: speed_findings(agg if timing is None else timing)
+        + time_to_quality_findings(time_to_quality(curves)),
         CLAIMS[2]: long_range_findings(agg, records),
         CLAIMS[3]: sizes.findings(agg, "data"),
         CLAIMS[4]: sizes.findings(agg, "model"),
@@ -666,11 +722,12 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
     frame = to_frame(tested)
     records = counted_records(frame, tested)
     agg = aggregate(frame)
+    timing = aggregate(frame, by_processor=True)
     side_by_side = tuned_and_default(all_records)
     return [
-        claims_section(frame, agg, records, side_by_side),
-        results_section(frame, agg),
-        tradeoff_section(agg),
+        claims_section(frame, agg, records, side_by_side, timing),
+        results_section(frame, agg, timing),
+        tradeoff_section(timing),
         scaling_section(results_dir, agg),
         quality_section(records),
         length_section(records),
