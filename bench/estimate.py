@@ -4,7 +4,8 @@ Each run the sweep would start is composed as ``mhab run`` composes it; its conf
 leaves out the seed, results_dir and the other keys that do not change what is trained) finds
 the recorded runs of the same experiment, in any results dir given. The estimate of a run is
 the wall time of its own seed's record, else the mean over the experiment's other seeds; a
-run with no record of its experiment is counted apart, never guessed.
+run with no record of its experiment is counted apart, never guessed. A run already recorded
+ok in the sweep's own results dir is done (the sweep skips it): the totals are of what is left.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from bench.errors import BenchError
-from bench.records.record import config_hash
+from bench.records.record import config_hash, find_ok_record
 from bench.records.table import read_records
 from bench.setup.compose import compose_config, sweep_jobs
 
@@ -63,9 +64,11 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
             by_seed = recorded.get(config_hash(full_data(cfg)), {})
             basis = [run for runs in by_seed.values() for run in runs]
             source = "the whole training split" if basis else source
+        done = Path(cfg.results_dir).is_dir() and find_ok_record(
+            cfg.results_dir, config_hash(cfg), int(cfg.seed)) is not None
         rows.append({
             "task": cfg.task.name, "dataset": cfg.task.dataset, "model": cfg.model.name,
-            "seed": int(cfg.seed), "records": sum(len(runs) for runs in by_seed.values()),
+            "seed": int(cfg.seed), "done": done, "records": sum(len(runs) for runs in by_seed.values()),
             "from": source,
             "wall_time_s": mean(run["wall_time_s"] for run in basis) if basis else math.nan,
             "threads": ",".join(sorted({str(run["threads"]) for run in basis if run["threads"]})),
@@ -119,8 +122,9 @@ def _union(threads: pd.Series) -> str:
 def by_task_and_model(jobs: pd.DataFrame) -> pd.DataFrame:
     """Runs, how many have an estimate, the mean minutes per run and the total hours, per task
     and model, in the sweep's order."""
+    jobs = jobs.assign(done=jobs.get("done", False))
     grouped = jobs.groupby(GROUP, sort=False)
-    table = grouped.agg(runs=("seed", "size"), estimated=("wall_time_s", "count"),
+    table = grouped.agg(runs=("seed", "size"), done=("done", "sum"), estimated=("wall_time_s", "count"),
                         min_per_run=("wall_time_s", "mean"), hours=("wall_time_s", "sum"),
                         threads=("threads", _union))
     table["min_per_run"] /= 60
@@ -138,10 +142,16 @@ def parallel_wall_time(wall_times: list[float], workers: int) -> float:
 
 
 def summary(jobs: pd.DataFrame, workers: int = 1) -> str:
-    """The total in words, saying what it leaves out."""
+    """The total of what is left in words (runs already recorded ok are done), saying what it
+    leaves out."""
+    done = jobs["done"] if "done" in jobs else pd.Series(False, index=jobs.index)
+    text = f"{len(jobs)} runs"
+    if done.any():
+        text += f", {int(done.sum())} already recorded ok (the sweep skips them), {int((~done).sum())} left"
+    jobs = jobs[~done]
     measured = jobs["wall_time_s"].notna()
     hours = jobs["wall_time_s"].sum() / 3600
-    text = f"{len(jobs)} runs; {measured.sum()} estimated from records: {hours:.1f} h one after another"
+    text += f"; {measured.sum()} estimated from records: {hours:.1f} h one after another"
     if workers > 1:
         parallel = parallel_wall_time(jobs.loc[measured, "wall_time_s"].tolist(), workers) / 3600
         text += f", {parallel:.1f} h on {workers} parallel workers"

@@ -35,9 +35,10 @@ def test_the_standard_suite_trains_translation_under_the_fast_recipe():
     assert config_hash(suite) == config_hash(fast)
 
 
-def _record(root, job: list[str], seed: int, wall_time_s: float, threads: int = 1, **fields) -> None:
+def _record(root, job: list[str], seed: int, wall_time_s: float, threads: int = 1, suffix: str = "",
+            **fields) -> None:
     cfg = compose_config("config", [*job, f"seed={seed}"], "run")
-    write_record(root, f"{'-'.join(o.split('=')[1] for o in job)}-s{seed}", seed=seed,
+    write_record(root, f"{'-'.join(o.split('=')[1] for o in job)}-s{seed}{suffix}", seed=seed,
                  task=cfg.task.name, dataset=cfg.task.dataset, model=cfg.model.name,
                  config=resolved_config(cfg), config_hash=config_hash(cfg), wall_time_s=wall_time_s,
                  environment={"device": "cpu", "torch_threads": threads}, **fields)
@@ -75,6 +76,23 @@ def test_each_run_is_estimated_from_its_own_seed_else_the_others_else_not_at_all
     assert "4 runs have no record" in text and "speech fsdd attention" in text
 
 
+def test_runs_already_recorded_ok_in_the_sweeps_results_dir_are_done_and_not_in_the_total(tmp_path):
+    results = tmp_path / "reference"
+    sweep = [*SWEEP, f"results_dir={results}"]
+    for seed, wall in ((0, 100.0), (1, 300.0)):  # named as runs are: ...-s<seed>-<hash>-<id>
+        _record(results, ["task=image", "model=gru"], seed=seed, wall_time_s=wall, suffix="-h-1")
+    _record(results, ["task=image", "model=attention"], seed=0, wall_time_s=50.0, status="failed",
+            suffix="-h-2")
+    jobs = estimate_jobs(sweep_configs(sweep), [results]).set_index(["task", "model", "seed"])
+    assert jobs["done"].sum() == 2
+    assert jobs.loc[("image", "gru"), "done"].all() and not jobs.loc[("image", "attention", 0), "done"]
+    text = summary(jobs.reset_index(), workers=2)
+    assert text.startswith("8 runs, 2 already recorded ok (the sweep skips them), 6 left; "
+                           "0 estimated from records: 0.0 h one after another")
+    table = by_task_and_model(jobs.reset_index()).set_index(["task", "model"])
+    assert table.loc[("image", "gru"), ["runs", "done"]].tolist() == [2, 2]
+
+
 def test_the_data_size_suite_is_estimated_from_the_whole_splits_runs(tmp_path):
     _record(tmp_path, ["task=image", "model=gru"], seed=0, wall_time_s=120.0)
     jobs = estimate_jobs(sweep_configs(["suite=scale_data", "task=image", "model=gru,lstm"]), [tmp_path])
@@ -99,9 +117,9 @@ def test_estimate_command_prints_the_table_and_total(tmp_path):
                   "--records", str(tmp_path))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["task", "dataset", "model", "runs", "estimated", "min_per_run", "hours",
-                                "threads"]
-    assert lines[1].split()[:6] == ["image", "fashion_mnist", "attention", "1", "1", "30"]
+    assert lines[0].split() == ["task", "dataset", "model", "runs", "done", "estimated", "min_per_run",
+                                "hours", "threads"]
+    assert lines[1].split()[:7] == ["image", "fashion_mnist", "attention", "1", "0", "1", "30"]
     assert out.stdout.strip().endswith(
         "3 runs; 2 estimated from records: 0.7 h one after another, 0.5 h on 2 parallel workers; "
         "1 runs have no record of their experiment and are not in the total (image fashion_mnist lstm)")
