@@ -206,3 +206,17 @@ def test_the_table_markdown_flag_prints_the_readme_table():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == readme_table()
     assert len(pd.read_csv(REFERENCE / "results.csv")) == len(list(REFERENCE.glob("runs/*/record.json")))
+
+
+def test_aeslc_runs_are_set_beside_the_papers_published_scores():
+    from bench.report.sections import published_section
+
+    records = [{"task": "summarization", "dataset": "aeslc", "label": model, "metric_name": "rougeL",
+                "test_metric": rouge_l, "test_details": {"rouge1": rouge_l + 2, "rouge2": rouge_l / 2,
+                                                         "rougeL": rouge_l}}
+               for model, base in (("attention", 15.0), ("gru", 12.0)) for rouge_l in (base, base + 1)]
+    text = "\n".join(published_section(records).markdown)
+    assert "attention (this suite)" in text and "15.50 ± 6.35" in text  # mean ± t-interval of 15, 16
+    assert "Zhang and Tetreault 2019" in text and "23.44" in text and "10.29" in text
+    other = published_section([{**records[0], "dataset": "reports"}])
+    assert "No dataset with published scores here" in "\n".join(other.markdown)

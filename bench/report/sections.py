@@ -27,6 +27,7 @@ from bench.records.table import (  # noqa: E402
     PARAMS_TOLERANCE,
     PROCESSOR,
     aggregate,
+    confidence_interval,
     counted_records,
     label,
     to_frame,
@@ -51,6 +52,7 @@ from bench.report.analysis import (  # noqa: E402
     time_to_quality,
     time_to_quality_findings,
 )
+from bench.report.published import published_for  # noqa: E402
 from bench.report.tuning import (  # noqa: E402
     best_settings,
     expected_max_curves,
@@ -70,6 +72,7 @@ TITLES = dict(
         ("distance", "How far each head looks"),
         ("attention", "Attention maps"),
         ("samples", "Sample outputs"),
+        ("published", "Beside published scores"),
         ("tuning", "Tuned comparisons"),
         ("sizes", "Along training-set size and model size"),
         ("claims", "The article's claims against the data"),
@@ -520,6 +523,57 @@ def samples_section(records: list[dict]) -> Section:
     return s
 
 
+def _recorded_score(rec: dict, key: str) -> float | None:
+    """A record's test score under ``key``: its test metric, or a score its task recorded in
+    ``test_details``."""
+    if key == rec.get("metric_name"):
+        return rec.get("test_metric")
+    value = (rec.get("test_details") or {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _mean_and_interval(scores: list[float | None]) -> str:
+    values = pd.Series([v for v in scores if v is not None], dtype=float)
+    if values.empty:
+        return "-"
+    ci = confidence_interval(values)
+    return f"{values.mean():.2f}" + ("" if math.isnan(ci) else f" ± {ci:.2f}")
+
+
+def published_section(records: list[dict]) -> Section:
+    """The suite's models beside the scores published for the same dataset
+    (``bench.report.published``), on the keys each publication gives: mean ± 95% CI over seeds."""
+    s = Section("published", TITLES["published"])
+    shown = False
+    places = sorted({(r["task"], r["dataset"]) for r in records})
+    for task, dataset in places:
+        if not (published := published_for(dataset)):
+            continue
+        keys = list(dict.fromkeys(k for p in published for k in p.scores))
+        runs = [r for r in records if (r["task"], r["dataset"]) == (task, dataset)]
+        rows = []
+        for name in sorted({r["label"] for r in runs}):
+            mine = [r for r in runs if r["label"] == name]
+            row = {"model": f"{name} (this suite)", "seeds": len(mine)}
+            for key in keys:
+                row[key] = _mean_and_interval([_recorded_score(r, key) for r in mine])
+            rows.append(row)
+        for p in published:
+            rows.append({"model": f"{p.model}; {p.source}", "seeds": "-",
+                         **{key: f"{p.scores[key]:.2f}" if key in p.scores else "-" for key in keys}})
+        s.text(f"{task} / {dataset}: test scores (mean ± 95% CI over seeds) beside those published. "
+               f"A publication's model, budget and tooling differ from the suite's: its row is a "
+               f"landmark for scale, not a comparison a verdict is drawn from.")
+        s.table(pd.DataFrame(rows))
+        for p in published:
+            if p.note:
+                s.text(f"{p.model}: {p.note}.")
+        shown = True
+    if not shown:
+        s.text("No dataset with published scores here (bench/report/published.py lists them).")
+    return s
+
+
 def shorten(value: object, limit: int = 300) -> str:
     """A sample's text cut to ``limit`` characters (an email is a source too)."""
     text = str(value)
@@ -735,6 +789,7 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         distance_section(records),
         attention_section(records),
         samples_section(records),
+        published_section(records),
         tuning_section(all_records, side_by_side),
         sizes_section(agg),
     ]
