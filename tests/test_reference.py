@@ -66,8 +66,19 @@ def test_a_portable_record_names_no_machine_and_keeps_its_config_hash(tmp_path):
 
 
 def test_a_path_in_a_sample_text_is_not_taken_for_a_machine_path():
-    assert list(machine_traces({"samples": ["speeds in km/h", "either / or", "1/2 of it"]})) == []
+    assert list(machine_traces({"notes": ["speeds in km/h", "either / or", "1/2 of it"]})) == []
+    assert list(machine_traces({"test_details": {"samples": [{"reference": "see /usr/share/doc"}]}})) == []
     assert list(machine_traces({"error": "cannot open '/home/me/x.wav'"}))
+
+
+def test_a_failed_runs_traceback_through_python_loses_the_interpreters_folder(tmp_path):
+    import sys
+
+    rec = made_record(tmp_path / "results", "r1", status="failed",
+                      traceback=f'File "{sys.prefix}/lib/python3/site-packages/torch/nn/x.py", line 2')
+    made = portable(rec, "r1", base=tmp_path, project=ROOT)
+    assert made["traceback"].startswith('File "<python>/lib/python3/site-packages/torch/nn/x.py"')
+    assert list(machine_traces(made)) == []
 
 
 def fill(results: Path) -> None:

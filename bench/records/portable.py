@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from bench.records.record import RunRecord, config_hash
 PLACEHOLDERS = {"results_dir": "<results_dir>", "data_dir": "<data_dir>", "cache_dir": "<cache_dir>"}
 PROJECT = "<project>"
 HOME = "<home>"
+PYTHON = "<python>"
 # The environment's key that names the machine; a portable record has none.
 HOST_KEY = "hostname"
 # An absolute path of two or more parts, at the start of a string or after a space, quote or
@@ -45,6 +47,8 @@ def _replacements(rec: dict[str, Any], base: Path, project: Path) -> list[tuple[
     pairs = [(spelling, placeholder) for key, placeholder in PLACEHOLDERS.items()
              for spelling in _spellings(config.get(key), base)]
     pairs += [(str(project), PROJECT), (str(Path.home()), HOME)]
+    # the interpreter's and the environment's folders, as a traceback of a failed run names them
+    pairs += [(folder, PYTHON) for folder in {sys.prefix, sys.base_prefix, os.path.realpath(sys.base_prefix)}]
     # longest first, so a results dir inside the checkout is named as the results dir
     return sorted((p for p in pairs if len(p[0]) > 1), key=lambda p: len(p[0]), reverse=True)
 
@@ -64,8 +68,9 @@ def _rewrite(value: Any, replacements: list[tuple[str, str]]) -> Any:
 def portable(rec: RunRecord, run_name: str, base: str | Path, project: str | Path) -> RunRecord:
     """``rec`` with no host name and no path of this machine: the config's results dir, data
     root and cache as placeholders (``PLACEHOLDERS``), ``run_dir`` as
-    ``<results_dir>/runs/<run_name>``, and wherever those paths, the checkout (``project``)
-    or the home folder appear in its text (a traceback, a data path), their placeholders.
+    ``<results_dir>/runs/<run_name>``, and wherever those paths, the checkout (``project``),
+    the home folder or Python's folders appear in its text (a traceback, a data path), their
+    placeholders.
     ``base`` is the folder the run's relative paths were relative to. The config hash is
     unchanged (checked: a change would be a bug)."""
     out = _rewrite(dict(rec), _replacements(rec, Path(base), Path(project)))
@@ -83,11 +88,18 @@ def portable(rec: RunRecord, run_name: str, base: str | Path, project: str | Pat
     return RunRecord(**out)
 
 
+# Where a record holds the dataset's own text (sample outputs): a path there is the data's.
+DATASET_TEXT = ("test_details.samples.",)
+
+
 def machine_traces(rec: Any, host: str | None = None, path: str = "") -> Iterator[str]:
     """Where ``rec`` still names a machine: a host-name field, a value that is the host name,
-    or an absolute path (``ABSOLUTE_PATH``), each as ``dotted.key: value``. (A host name is
-    looked for as a whole value only: a short one, such as "vm", is also part of words.)"""
+    or an absolute path (``ABSOLUTE_PATH``) outside the dataset's own text, each as
+    ``dotted.key: value``. (A host name is looked for as a whole value only: a short one,
+    such as "vm", is also part of words.)"""
     host = socket.gethostname() if host is None else host
+    if path.startswith(DATASET_TEXT):
+        return
     if isinstance(rec, dict):
         for key, value in rec.items():
             if key == HOST_KEY:

@@ -75,10 +75,16 @@ def publish(results_dir: str | Path, base: str | Path = ".") -> Published:
     if not any(rec is not None and complete(rec) for rec in found.values()):
         raise BenchError(f"no complete record under {runs} (ok, or failed with its reason); "
                          f"nothing to publish")
+    made = {run_dir: portable(rec, run_dir.name, base, PROJECT_ROOT)
+            for run_dir, rec in found.items() if rec is not None and complete(rec)}
+    for run_dir, rec in made.items():  # every check before the first change
+        if traces := list(machine_traces(rec)):
+            raise BenchError(f"{run_dir / RECORD} would still name this machine after publishing "
+                             f"({traces[0]}); nothing was changed; report this as a bug")
     drawn: set[tuple] = set()  # the task and dataset whose attention example is kept
     for run_dir, rec in found.items():
         path = run_dir / RECORD
-        if rec is None or not complete(rec):
+        if run_dir not in made:
             shutil.rmtree(run_dir)
             done.removed.append(run_dir.name)
             continue
@@ -90,12 +96,8 @@ def publish(results_dir: str | Path, base: str | Path = ".") -> Published:
             keep.add(example)
         for extra in (p for p in run_dir.iterdir() if p.name not in keep):
             shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
-        made = portable(rec, run_dir.name, base, PROJECT_ROOT)
-        if traces := list(machine_traces(made)):
-            raise BenchError(f"{path} still names this machine after publishing ({traces[0]}); "
-                             f"report this as a bug, the record was left as it was")
-        if made != json.loads(path.read_text()):  # as stored: read_record sets run_dir anew
-            atomic_write_json(path, made)
+        if made[run_dir] != json.loads(path.read_text()):  # as stored: read_record sets run_dir anew
+            atomic_write_json(path, made[run_dir])
             done.rewritten += 1
         done.ok += rec["status"] == "ok"
         done.failed += rec["status"] == "failed"
