@@ -72,6 +72,10 @@ def test_fit_selects_best_validation_checkpoint_and_measures(tmp_path):
     assert [h["train_samples"] for h in out["history"]] == [160, 320, 480]
     walls = [h["wall_s"] for h in out["history"]]
     assert 0 < walls[0] < walls[1] < walls[2] <= out["train_seconds"]
+    # where the minutes go: each validation's own seconds, and each part after training
+    assert all(0 < h["val_s"] <= h["wall_s"] for h in out["history"])
+    assert set(out["final_seconds"]) == {"test", "flops", "attention", "inference_speed"}
+    assert all(seconds >= 0 for seconds in out["final_seconds"].values())
     # The model left in memory is the selected checkpoint.
     saved = load_state_dict(tmp_path / CHECKPOINT)
     torch.testing.assert_close(saved["weight"], model.weight)

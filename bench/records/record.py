@@ -212,6 +212,7 @@ class RunRecord(TypedDict, total=False):
     infer_latency_ms_median: Number | None
     attention_distance: dict[str, Any]
     attention_example: str
+    final_seconds: dict[str, Any]  # after training: test, flops, attention, inference_speed
     wall_time_s: Number
 
 

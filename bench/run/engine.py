@@ -225,11 +225,14 @@ def train(
         bar.close()
         if loss_count == 0:
             break
+        val_start = time.perf_counter()
         with precision():
             val = task.evaluate(evaluated.eval(), val_loader, device)
-        # wall_s: since training began, validations included (what time to quality counts)
+        # wall_s: since training began, validations included (what time to quality counts);
+        # val_s: this validation's own share of it (where a run's minutes go)
         history.append({"epoch": epoch, "step": step, "train_samples": samples_seen,
-                        "wall_s": time.perf_counter() - train_start, "train_loss": loss_sum / loss_count,
+                        "wall_s": time.perf_counter() - train_start,
+                        "val_s": time.perf_counter() - val_start, "train_loss": loss_sum / loss_count,
                         "val_loss": val["loss"], "val_metric": val["metric"],
                         "lr": scheduler.get_last_lr()[0]})
         if logger is not None:
