@@ -140,7 +140,7 @@ def table_command(args: list[str]) -> int:
     log_errors_to(ns.results_dir)
     from bench.records.columns import markdown
     from bench.records.numbers import fmt
-    from bench.records.table import aggregate, load, markdown_summary, run_list_columns, save
+    from bench.records.table import aggregate, load, markdown_summary, mixed_code, run_list_columns, save
 
     if ns.columns:
         print(markdown())
@@ -159,6 +159,8 @@ def table_command(args: list[str]) -> int:
     summary = aggregate(frame).drop(columns="values")
     print(summary.to_string(index=False, float_format=fmt) if len(summary) else
           "no tested run to aggregate (tuning trials are scored on validation only)")
+    for note in mixed_code(frame):
+        print(f"note: {note}; a difference may be the code's")
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0
 

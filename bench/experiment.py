@@ -18,6 +18,7 @@ from bench.run.environment import environment
 from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
 from bench.setup.build import build, build_task, validate
+from bench.setup.fingerprint import changed, source_fingerprint
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -58,31 +59,45 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     resolved = record.resolved_config(cfg)
     config_hash = record.config_hash(resolved)
     data = build_task(cfg).data_fingerprint()  # the experiment is its config and its data
-    if (done := _recorded_ok(cfg, config_hash, data)) is not None:
+    code = source_fingerprint(cfg)  # and the code that answers it
+    if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:
         return done
     with run_lock(cfg.results_dir, config_hash, cfg.seed) as other:
         if other is not None:  # another sweep runs this very job now: never run it twice
             log.warning("skipping: %s seed %s (config %s) is being run by %s; its record will be "
                         "in %s", cfg.model.get("name"), cfg.seed, config_hash, other, cfg.results_dir)
             return {"skipped": True, "locked_by": other}
-        if (done := _recorded_ok(cfg, config_hash, data)) is not None:  # finished while we looked
+        if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:  # finished while we looked
             return done
-        return _run(cfg, resolved, config_hash, data)
+        return _run(cfg, resolved, config_hash, data, code)
 
 
-def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None) -> dict[str, Any] | None:
-    """This experiment and seed's earlier ok record on the same data, marked skipped (unless
-    force=true)."""
+def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None,
+                 code: dict[str, Any]) -> dict[str, Any] | None:
+    """This experiment and seed's earlier ok record on the same data and code, marked skipped
+    (unless force=true). A record made with other model or task code is reused, rerun or
+    refused as ``on_code_change`` says (refused by default: nothing is reused silently)."""
     if cfg.get("force", False):
         return None
-    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data)
+    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data,
+                                 accept=lambda rec: not changed(rec.get("code"), code))
+    policy = cfg.get("on_code_change", "refuse")
     if done is None:
-        return None
+        older = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data)
+        if older is None or policy == "rerun":
+            return None
+        if policy == "refuse":
+            raise BenchError(
+                f"{cfg.model.get('name')} seed {cfg.seed} has an ok record in {older['run_dir']} made with "
+                f"other code ({', '.join(changed(older.get('code'), code))} changed since); rerun it with "
+                f"on_code_change=rerun, or keep that record with on_code_change=reuse")
+        done = older
     log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
     return {**done, "skipped": True}
 
 
-def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) -> dict[str, Any]:
+def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None,
+         code: dict[str, Any]) -> dict[str, Any]:
     try:
         setup = build(cfg)
     except BenchError:
@@ -99,6 +114,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None) ->
         seed=cfg.seed,
         config_hash=config_hash,
         data_fingerprint=data,
+        code=code,
         metric_name=task.metric_name,
         higher_is_better=task.higher_is_better,
         params=measure.count_parameters(model),

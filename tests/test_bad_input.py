@@ -595,6 +595,8 @@ def _readable(path: Path) -> list[dict]:
 # would do silently and the project now does right, and faults no command line can cause.
 # Each is its own test, named here.
 CHECKED_ELSEWHERE = {
+    "code-changed-since-record":
+        "test_extensions.py::test_editing_a_familys_source_does_not_reuse_its_old_record_silently",
     "data-changed-under-the-same-config":
         "test_imagefolder.py::test_changed_data_is_another_experiment_never_a_resumed_one",
     "audio-outside-the-folder-changed":

@@ -131,3 +131,29 @@ def test_speed_times_a_family_and_task_from_the_search_path(tmp_path):
     timed = pd.read_csv(tmp_path / "speed.csv")
     assert set(timed["model"]) == {"majority/bits:attention", "majority/bits:conv1d"}
     assert (timed["status"] == "ok").all()
+
+
+@pytest.mark.slow
+def test_editing_a_familys_source_does_not_reuse_its_old_record_silently(tmp_path):
+    import shutil
+
+    outside = tmp_path / "outside"
+    shutil.copytree(OUTSIDE, outside)
+    args = ["run", f"hydra.searchpath=[file://{outside / 'conf'}]", "task=majority", "model=conv1d",
+            "trainer.epochs=1", *BUDGET[2:], f"results_dir={tmp_path / 'r'}"]
+    env = {"PYTHONPATH": str(outside)}
+    assert run_cli(*args, env=env).returncode == 0
+    (first,) = read_records(tmp_path / "r")
+    assert {role: code["module"] for role, code in first["code"].items()} == {
+        "model": "conv1d_family", "task": "majority_task"}
+    family = outside / "conv1d_family.py"
+    family.write_text(family.read_text() + "\n# an edit a user makes\n")
+    refused = run_cli(*args, env=env)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "made with other code (conv1d_family changed since)" in refused.stderr
+    assert "on_code_change=rerun" in refused.stderr
+    assert run_cli(*args, "on_code_change=rerun", env=env).returncode == 0
+    second = [r for r in read_records(tmp_path / "r") if r["run_id"] != first["run_id"]]
+    assert len(second) == 1 and second[0]["code"]["model"]["sha256"] != first["code"]["model"]["sha256"]
+    again = run_cli(*args, env=env)  # the new code's record now answers: skipped, nothing new
+    assert again.returncode == 0 and len(read_records(tmp_path / "r")) == 2

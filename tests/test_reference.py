@@ -231,3 +231,17 @@ def test_aeslc_runs_are_set_beside_the_papers_published_scores():
     assert "Zhang and Tetreault 2019" in text and "23.44" in text and "10.29" in text
     other = published_section([{**records[0], "dataset": "reports"}])
     assert "No dataset with published scores here" in "\n".join(other.markdown)
+
+
+def test_a_comparison_that_mixes_code_says_so():
+    from bench.records.table import mixed_code
+
+    records = mixed_processors()
+    for i, rec in enumerate(records):
+        rec["environment"]["git_revision"] = "abc1234" if i < 4 else "def5678"
+        rec["code"] = {"model": {"module": "m", "sha256": "111111" if i % 2 else "222222"}}
+    notes = mixed_code(to_frame(records))
+    assert notes == ["asr/d mixes 2 code revisions: abc1234 (4 runs), def5678 (4 runs)",
+                     "asr/d mixes 2 versions of the model or task source: model:111111 (4 runs), "
+                     "model:222222 (4 runs)"]
+    assert mixed_code(to_frame(records[:1])) == []

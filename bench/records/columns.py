@@ -56,6 +56,11 @@ def _train_flops(record: dict) -> Any:
     return 3 * flops * epochs * seen if None not in (flops, epochs, seen) else None
 
 
+def _code_fingerprint(record: dict) -> str | None:
+    code = record.get("code") or {}
+    return " ".join(f"{role}:{(code[role] or {}).get('sha256', '')[:6]}" for role in sorted(code)) or None
+
+
 def _tuning(key: str) -> Callable[[dict], Any]:
     return lambda record: (record.get("tuning") or {}).get(key)
 
@@ -133,6 +138,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("git_revision", "the commit of mha-bench the run trained with (`-dirty`: with uncommitted "
            "changes); the report names the revisions its records come from",
            read=_environment("git_revision")),
+    Column("code_fingerprint", "the source of the model family's and the task's modules (`model:<sha> "
+           "task:<sha>`, 6 hex each; empty for records made before it was kept); `mhab table` and the "
+           "report say where one comparison mixes them", read=_code_fingerprint),
     Column("study", "`mhab tune`'s study the run belongs to (empty for a plain run)", aggregate="first",
            read=_tuning("study"), in_run_list=True),
     Column("trial", "the study's trial number: a trial's own, or the trial a final repeats",

@@ -11,6 +11,7 @@ import time
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -24,7 +25,8 @@ RECORD = "record.json"
 SCHEMA_VERSION = 1
 # Keys that say where things are or how they are shown, not what is computed: they stay out
 # of the config hash, so the same experiment has the same hash on every machine and seed.
-UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "seed", "device", "force")
+UNHASHED_KEYS = ("results_dir", "data_dir", "cache_dir", "progress", "logger", "seed", "device", "force",
+                 "on_code_change")
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ class RunRecord(TypedDict, total=False):
     seed: int
     config_hash: str
     data_fingerprint: str | None  # the data beyond the config (a user's folder): Task.data_fingerprint
+    code: dict[str, Any]  # the model's and task's source: bench.setup.fingerprint.source_fingerprint
     config: dict[str, Any]  # the resolved config, hydra's own keys left out
     run_id: str
     run_dir: str
@@ -329,14 +332,16 @@ def _read_record(path: Path) -> RunRecord:
 
 
 def find_ok_record(results_dir: str | Path, config_hash: str, seed: int,
-                   data_fingerprint: str | None = None) -> dict[str, Any] | None:
+                   data_fingerprint: str | None = None,
+                   accept: Callable[[dict[str, Any]], bool] = lambda rec: True) -> dict[str, Any] | None:
     """An earlier ``ok`` record of the same experiment (config hash and data fingerprint) and
     seed, if any: first among the runs named after this hash, then among the seed's runs
     named after an earlier hash of theirs (a damaged record there belongs to no run of this
     experiment: skipped). A record on other data (the folder changed since) is not one."""
     def ok(rec: dict[str, Any]) -> bool:
         return (rec.get("status") == "ok" and rec.get("config_hash") == config_hash
-                and rec.get("seed") == seed and rec.get("data_fingerprint") == data_fingerprint)
+                and rec.get("seed") == seed and rec.get("data_fingerprint") == data_fingerprint
+                and accept(rec))
 
     named = f"-s{seed}-{config_hash[:8]}-"
     runs = sorted(Path(results_dir).glob(f"runs/*-s{seed}-*/{RECORD}"))

@@ -290,3 +290,19 @@ def markdown_summary(frame: pd.DataFrame) -> str:
     lines += ["", f"Each cell: mean ± half-width of the 95% interval over seeds (seeds in brackets). "
                   f"Processor: {processors}. Code: {revisions}."]
     return "\n".join(lines)
+
+
+def mixed_code(frame: pd.DataFrame) -> list[str]:
+    """Per task and dataset whose ok runs came from more than one code revision or version of
+    the model's or task's source: a sentence saying so, with the runs of each."""
+    notes = []
+    ok = latest_ok(frame)
+    for (task, dataset), rows in ok.groupby(["task", "dataset"]):
+        for column, what, width in (("git_revision", "code revisions", 12),
+                                    ("code_fingerprint", "versions of the model or task source", None)):
+            counts = rows[column].dropna().str[:width].value_counts()
+            if len(counts) > 1:
+                notes.append(f"{task}/{dataset} mixes {len(counts)} {what}: "
+                             + ", ".join(f"{value} ({n} runs)" for value, n in sorted(counts.items())))
+    return notes
+

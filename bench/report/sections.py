@@ -30,6 +30,7 @@ from bench.records.table import (  # noqa: E402
     confidence_interval,
     counted_records,
     label,
+    mixed_code,
     to_frame,
 )
 from bench.report import sizes  # noqa: E402
@@ -189,6 +190,8 @@ def results_section(frame: pd.DataFrame, agg: pd.DataFrame, timing: pd.DataFrame
                             for r in budgets.itertuples())
                 + "), so their metrics do not compare like for like."
             )
+    for note in mixed_code(frame):
+        s.text(f"Note: {note}; a difference between these runs may be the code's.")
     failed = frame[frame["status"] != "ok"]
     if len(failed):
         s.text(

@@ -43,6 +43,8 @@ class RunSettings:
     suite: Any = None  # {} from suite=none; absent from a suite's runs (a _global_ override)
     claim: Any = None
     tuning: TuningTag | None = None  # set by mhab tune; a plain run has none
+    # what a rerun does with an ok record made with other model or task code (bench.setup.fingerprint)
+    on_code_change: Literal["refuse", "rerun", "reuse"] = "refuse"
 
 
 @dataclass
