@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError, RunFailed, Terminated, log_errors_to, working_on, write_traceback
-from bench.setup.compose import CONF_DIR, compose_config, suite_sweeps, sweep_points
+from bench.setup.compose import CONF_DIR, compose_config, mirror_model_overrides, suite_sweeps, sweep_points
 from bench.setup.paths import check_output_dir, check_results_dir
 
 log = logging.getLogger("mhab")
@@ -53,6 +53,7 @@ def _hydra_run(cfg: DictConfig) -> float | None:
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     log_errors_to(cfg.results_dir)
+    mirror_model_overrides(cfg, list(HydraConfig.get().overrides.task))
     try:
         with working_on(f"running {' '.join(HydraConfig.get().overrides.task) or 'the default run'}"):
             rec = run_experiment(cfg)

@@ -143,3 +143,31 @@ def test_run_with_an_unknown_scale_exits_2_with_one_line(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "scale=xxl is not a size of attention on task=image" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_matched_model_is_sized_against_the_attention_model_its_overrides_build():
+    facts = _match("image", "digits", ["model=gru", "model.depth=2"])
+    attention_cfg, inputs = _setup("image", "digits", ["model=attention", "model.depth=2"])
+    assert facts["target"] == count_parameters(build_model(attention_cfg.model, inputs).module)
+    assert facts["target"] < _match("image", "digits", ["model=gru"])["target"]  # 2 layers, not 4
+    assert abs(facts["gap"]) <= 0.02
+    cfg, _ = _setup("image", "digits", ["model=gru", "model.depth=2", "model.dropout=0.1"])
+    assert cfg.reference.depth == 2 and cfg.reference.dropout == 0.1  # the keys the reference has
+    assert cfg.reference.name == "attention" and "cell" not in cfg.reference  # never its identity
+
+
+@pytest.mark.slow
+def test_a_sweep_with_model_overrides_compares_at_matched_parameters(tmp_path):
+    from bench.records.table import load
+    from tests.conftest import read_records, run_cli
+
+    out = run_cli("run", "-m", "task=image", "task.dataset=digits", "model=attention,gru", "model.depth=2",
+                  "trainer.max_steps=2", "trainer.infer_iters=1", "trainer.timing_warmup_steps=1",
+                  f"results_dir={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    assert "not a comparison at matched parameters" not in out.stderr
+    records = {r["model"]: r for r in read_records(tmp_path)}
+    assert records["gru"]["param_match"]["target"] == records["attention"]["params"]
+    ratio = load(tmp_path).set_index("model").loc["gru", "params_vs_attention"]
+    assert ratio == pytest.approx(records["gru"]["params"] / records["attention"]["params"])
+    assert abs(ratio - 1) <= 0.02

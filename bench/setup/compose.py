@@ -133,8 +133,30 @@ def compose_config(name: str, overrides: list[str], command: str, hydra_config: 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="mhab"):
-            return compose(name, overrides=overrides, return_hydra_config=hydra_config)
+            cfg = compose(name, overrides=overrides, return_hydra_config=hydra_config)
     except Exception as e:  # noqa: BLE001 - any composition error is the user's override
         raise BenchError(one_line(e) + f" (see 'mhab {command} --help')") from None
     finally:
         GlobalHydra.instance().clear()
+    return mirror_model_overrides(cfg, overrides)
+
+
+# What names a model rather than sizes or shapes it: never carried over to the reference.
+IDENTITY_KEYS = ("_target_", "name", "family", "match_params")
+
+
+def mirror_model_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """``cfg`` whose reference model (what a matched model is sized against) takes the values
+    the overrides give the model, for every key the reference has: in ``model=attention,gru
+    model.depth=2`` the GRU is matched to the 2-layer attention model the same sweep trains,
+    not to the default one. Called on every composed run config (``mhab run``'s own, through
+    Hydra, and ``compose_config``'s)."""
+    reference, model = cfg.get("reference"), cfg.get("model")
+    if not isinstance(reference, DictConfig) or not isinstance(model, DictConfig) \
+            or not model.get("match_params"):
+        return cfg
+    for override in parse_overrides(overrides):
+        group, _, key = override.key_or_group.partition(".")
+        if group == "model" and key and "." not in key and key not in IDENTITY_KEYS and key in reference:
+            reference[key] = model[key]
+    return cfg
