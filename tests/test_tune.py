@@ -189,3 +189,44 @@ def test_best_settings_name_what_the_trials_varied_not_where_they_ran():
 
     best = best_settings(trials_table([trial(0, 0.001, "a", 0.2), trial(1, 0.003, "/b", 0.1)]))
     assert best.loc[0, "best trial"] == 1 and best.loc[0, "settings"] == "trainer.lr=0.003"
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_two_workers_and_a_resume_draw_what_one_process_would(tmp_path, sampler):
+    import contextlib
+    import shutil
+
+    from bench.tune.plan import make_plan
+    from bench.tune.study import claim, open_storage, open_studies, sample
+
+    def plan_at(results):
+        return make_plan([*TINY, "model=gru", f"tune.sampler={sampler}", "tune.trials=6",
+                          f"results_dir={results}"])
+
+    def next_draw(plan, held):  # a worker (its own study objects, as a process has) takes a trial
+        studies = open_studies(plan, open_storage(plan.storage))
+        family, trial = claim(plan, studies, held)
+        return studies[family.model], trial, sample(plan, family, studies[family.model], trial)
+
+    plan = plan_at(tmp_path / "a")
+    with contextlib.ExitStack() as held:
+        drawn = [next_draw(plan, held) for _ in range(2)]  # two workers, both trials running
+        assert [t.number for _, t, _ in drawn] == [0, 1]
+        assert drawn[0][2] != drawn[1][2]  # not the same draw twice
+        for study, trial, _ in drawn:
+            study.tell(trial, 0.5 + 0.1 * trial.number)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # the same history, seen by another process
+    with contextlib.ExitStack() as held:
+        resumed = next_draw(plan, held)[2]
+        elsewhere = next_draw(plan_at(tmp_path / "b"), held)[2]
+    assert resumed == elsewhere  # the draw is the history's and the trial number's, not the process's
+    assert plan.families[0].study == plan_at(tmp_path / "b").families[0].study
+
+
+def test_another_sampler_or_seed_is_another_study(tmp_path):
+    from bench.tune.plan import make_plan
+
+    def name(*extra):
+        return make_plan([*TINY, "model=gru", f"results_dir={tmp_path}", *extra]).families[0].study
+
+    assert len({name(), name("tune.sampler=tpe"), name("tune.seed=1"), name("tune.sampler=random")}) == 3

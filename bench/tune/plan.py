@@ -106,11 +106,13 @@ def searchpath(overrides: list[str]) -> list[str]:
     return []
 
 
-def study_digest(base: list[str], space: Space) -> str:
-    """What makes a study the same study: the runs' shared overrides that change what is
-    learned, and the search space. Change either and a new study starts."""
+def study_digest(base: list[str], space: Space, settings: DictConfig) -> str:
+    """What makes a study the same protocol: the runs' shared overrides that change what is
+    learned, the family's search space, and the sampler with its seed. Change any and a new
+    study starts (with its own name), never an append to the old one."""
     kept = sorted(o for o in base if not o.lstrip("+~").startswith(NOT_IN_STUDY_NAME))
-    blob = json.dumps({"overrides": kept, "space": {k: repr(d) for k, d in space.items()}}, sort_keys=True)
+    blob = json.dumps({"overrides": kept, "space": {k: repr(d) for k, d in space.items()},
+                       "sampler": settings.sampler, "seed": settings.seed}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
@@ -137,7 +139,7 @@ def make_plan(overrides: list[str]) -> Plan:
         task = build_task(cfg)
         prefix = settings.study or f"{task.name}-{task.dataset}"
         families.append(Family(
-            model=cfg.model.name, study=f"{prefix}-{cfg.model.name}-{study_digest(base, space)}",
+            model=cfg.model.name, study=f"{prefix}-{cfg.model.name}-{study_digest(base, space, settings)}",
             overrides=[*base, f"model={cfg.model.name}"], space=space, space_file=path,
             higher_is_better=task.higher_is_better, metric_name=task.metric_name))
     storage = settings.storage or default_storage(cfg.results_dir)

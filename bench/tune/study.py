@@ -58,12 +58,15 @@ def open_studies(plan: Plan, storage: optuna.storages.BaseStorage) -> dict[str, 
 
 
 def make_sampler(plan: Plan, number: int) -> BaseSampler:
+    """Trial ``number``'s sampler, seeded by the study's seed and the trial's number: workers
+    and reruns draw what one uninterrupted process would (one sampler per process would
+    restart its generator in each, so two workers' first trials would be the same draw), and
+    with ``random`` every family's trial n tries the same values of the keys they share. TPE
+    reads the finished trials from the storage, so its draw is the history's and the number's."""
+    seed = plan.settings.seed * 1_000_003 + number
     if plan.settings.sampler == "tpe":
-        return TPESampler(seed=plan.settings.seed)
-    # One random sampler per trial, seeded by the trial's number: a resumed or parallel study
-    # draws what an uninterrupted one would (a shared sampler's generator restarts with each
-    # process), and every family's trial n tries the same values of the keys they share.
-    return RandomSampler(seed=plan.settings.seed * 1_000_003 + number)
+        return TPESampler(seed=seed)
+    return RandomSampler(seed=seed)
 
 
 def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
@@ -72,6 +75,12 @@ def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, IntDistribution):
         return trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
     return trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def sample(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> dict[str, Any]:
+    """Trial ``trial``'s values of ``family``'s search space, drawn by its own sampler."""
+    study.sampler = make_sampler(plan, trial.number)  # before the first suggest draws
+    return {key: suggest(trial, key, dist) for key, dist in family.space.items()}
 
 
 def trial_lock(plan: Plan, study: str, number: int) -> Path:
@@ -134,11 +143,9 @@ def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> 
     the worker."""
     from bench.experiment import run_experiment
 
-    if plan.settings.sampler == "random":
-        study.sampler = make_sampler(plan, trial.number)
     started = time.time()
     try:
-        params = {key: suggest(trial, key, dist) for key, dist in family.space.items()}
+        params = sample(plan, family, study, trial)
         cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
         trial.set_user_attr("config_hash", record.config_hash(cfg))
         trial.set_user_attr("seed", int(cfg.seed))
