@@ -123,6 +123,20 @@ def search_space(shared: str):
     return setup
 
 
+def search_space_text(text: str):
+    """A search space for the image task in a folder on hydra.searchpath, holding ``text``."""
+    def setup(tmp: Path) -> list[str]:
+        (tmp / "my_conf" / "search").mkdir(parents=True)
+        (tmp / "my_conf" / "search" / "image.yaml").write_text(text)
+        return [f"hydra.searchpath=[file://{tmp / 'my_conf'}]"]
+    return setup
+
+
+def storage_under_a_file(tmp: Path) -> list[str]:
+    (tmp / "a-file").write_text("not a folder")
+    return [f"tune.storage=sqlite:///{tmp / 'a-file' / 'optuna.db'}"]
+
+
 JSONL = ["run", "task=summarization", "task.dataset=jsonl", "trainer.max_steps=2", "trainer.infer_iters=1"]
 GOOD_LINE = '{"document": "a document", "summary": "its summary"}\n'
 
@@ -506,6 +520,18 @@ CATALOGUE: dict[str, Case] = {
         "trainer.weight_decay: {low: 0, high: 1, log: true}")),
     "tune-space-malformed": Case(TUNE, "must be {low: A, high: B} or {choices: [...]}",
                                  setup=search_space("trainer.lr: 0.001")),
+    "tune-space-empty": Case(TUNE, "gives attention nothing to search",
+                             setup=search_space_text("shared: {}\nfamilies: {}\n")),
+    "tune-space-family-overrides-shared": Case(
+        TUNE, "families.rnn.trainer.lr overrides the shared range",
+        setup=search_space_text("shared:\n  trainer.lr: {low: 1.0e-4, high: 1.0e-3}\nfamilies:\n"
+                                "  rnn:\n    trainer.lr: {low: 1.0e-3, high: 1.0e-2}\n")),
+    "tune-space-value-inside-range-fails": Case(
+        [*TUNE[:3], "model=attention"], "model.num_heads=3 does not divide",
+        setup=search_space("model.num_heads: {low: 2, high: 4}")),
+    "tune-max-failed-zero": Case([*TUNE, "tune.max_failed=0"], "tune.max_failed must be >= 1, got 0"),
+    "tune-storage-under-a-file": Case(TUNE, "cannot create the folder of tune.storage",
+                                      setup=storage_under_a_file),
     "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
     "speed-nothing-to-time": Case(["speed", "attention.enabled=false", "tasks.names=[]"],
                                   "tasks.names is empty, so tasks would measure nothing"),

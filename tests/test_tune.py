@@ -230,3 +230,50 @@ def test_another_sampler_or_seed_is_another_study(tmp_path):
         return make_plan([*TINY, "model=gru", f"results_dir={tmp_path}", *extra]).families[0].study
 
     assert len({name(), name("tune.sampler=tpe"), name("tune.seed=1"), name("tune.sampler=random")}) == 3
+
+
+def test_a_report_of_a_study_whose_trials_all_failed_says_so(tmp_path):
+    from bench.report.render import write_report
+    from tests.conftest import write_record
+
+    for i in range(2):
+        write_record(tmp_path, f"t{i}-s0-h-{i}", status="failed", test_metric=None, error="boom",
+                     model="gru", model_family="rnn", val_metric=None,
+                     tuning={"study": "image-digits-gru-abc", "trial": i, "role": "trial"})
+    tuning = write_report(tmp_path)[0].read_text().split("## Tuned comparisons")[1]
+    assert "No trial finished ok" in tuning
+    assert "| image  | digits    | gru     |        0 |        2 |" in tuning
+
+
+def test_a_one_trial_study_is_a_point_not_a_budget_range():
+    a, b = _curve([0.8]), _curve([0.7])
+    point = "after one trial each (no curve over budgets)"
+    assert ordering(a, b, "attention", "gru") == f"attention ahead of gru {point}"
+    assert ordering(b, a, "gru", "attention") == f"gru behind attention {point}"
+
+
+def test_a_final_another_worker_is_running_is_awaited_not_a_crash(tmp_path):
+    import threading
+
+    from bench.records.record import config_hash, resolved_config
+    from bench.run.lock import file_lock, lock_path
+    from bench.setup.compose import compose_config
+    from bench.tune.study import final_run
+    from tests.conftest import write_record
+
+    overrides = [*TINY, "model=gru", f"results_dir={tmp_path}", "seed=1",
+                 "tuning={study:'s',trial:0,role:final}"]
+    cfg = compose_config("config", overrides, "tune")
+    digest = config_hash(cfg)
+    got = {}
+    with file_lock(lock_path(tmp_path, digest, 1)) as held:  # the other worker's final, running
+        assert held is None
+        worker = threading.Thread(target=lambda: got.update(rec=final_run(overrides)))
+        worker.start()
+        worker.join(timeout=3)
+        assert worker.is_alive()  # waiting for the other worker, not failing on its missing metric
+        write_record(tmp_path, f"20260101-000000-image-digits-gru-s1-{digest[:8]}-aaaaaa", model="gru",
+                     seed=1, config=resolved_config(cfg), config_hash=digest, test_metric=0.77,
+                     tuning={"study": "s", "trial": 0, "role": "final"})
+    worker.join(timeout=60)
+    assert got["rec"]["test_metric"] == 0.77 and got["rec"]["skipped"]

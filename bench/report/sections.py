@@ -684,7 +684,10 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Secti
     if trials.empty:
         return s
     curves = expected_max_curves(trials)
-    for (task, dataset), group in curves.groupby(["task", "dataset"]):
+    if curves.empty:
+        s.text("No trial finished ok, so there is no expected-best curve and no best trial; what "
+               "the trials cost and why they failed:")
+    for (task, dataset), group in curves.groupby(["task", "dataset"]) if not curves.empty else ():
         metric, higher = group["metric_name"].iloc[0], bool(group["higher_is_better"].iloc[0])
         fig, (by_n, by_time) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
         for (model, _), curve in group.groupby(["model", "study"]):
@@ -703,9 +706,10 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Secti
             rivals = group[group["model_family"] != ATTENTION]
             for (b_model, _), b in rivals.groupby(["model", "study"]):
                 s.text(f"{task} / {dataset}: " + ordering(a, b, a_model, b_model) + ".")
-    s.text("Each study's best trial and the values its trials varied:")
-    s.table(best_settings(trials).drop(columns=["study"]).assign(
-        val=lambda f: f["val"].map(lambda v: fmt(v, 4))), text_cells=True)
+    if not (best := best_settings(trials)).empty:
+        s.text("Each study's best trial and the values its trials varied:")
+        s.table(best.drop(columns=["study"]).assign(val=lambda f: f["val"].map(lambda v: fmt(v, 4))),
+                text_cells=True)
     cost = tuning_cost(trials)
     s.text("What tuning cost, per study:")
     s.table(cost.drop(columns=["study"]).assign(wall_min=cost["wall_min"].map(lambda v: fmt(v, 3)))

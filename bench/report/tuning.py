@@ -76,6 +76,10 @@ def ordering(a: pd.DataFrame, b: pd.DataFrame, name_a: str, name_b: str) -> str:
     eb = b.set_index("n")["expected"].loc[1:n]
     ahead = (ea > eb) if higher else (ea < eb)
     tied = np.isclose(ea, eb)
+    if n == 1:  # one trial: a point, not a curve over budgets
+        standing = "tie" if tied.all() else "ahead of" if ahead.all() else "behind"
+        return (f"{name_a} and {name_b} tie after their one trial" if standing == "tie" else
+                f"{name_a} {standing} {name_b} after one trial each (no curve over budgets)")
     if tied.all():
         return f"{name_a} and {name_b} tie at every budget from 1 to {n} trials"
     if ahead[~tied].all():

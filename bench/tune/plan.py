@@ -37,7 +37,7 @@ class TuneSettings:
     jobs: Annotated[int, AT_LEAST_1]
     study: str | None
     finals: bool
-    max_failed: Annotated[int, NON_NEGATIVE] | None
+    max_failed: Annotated[int, AT_LEAST_1] | None
 
 
 @dataclass

@@ -45,8 +45,17 @@ def load_space(path: Path, family: str) -> Space:
     if not isinstance(raw, DictConfig) or unknown:
         raise BenchError(f"search space {path}: the top level holds 'shared' and 'families' only"
                          + (f", not {', '.join(sorted(map(str, unknown)))}" if unknown else ""))
-    specs = dict(raw.get("shared") or {})
-    specs.update((raw.get("families") or {}).get(family) or {})
+    shared = dict(raw.get("shared") or {})
+    own = dict((raw.get("families") or {}).get(family) or {})
+    if overlap := sorted(set(map(str, shared)) & set(map(str, own))):
+        raise BenchError(f"search space {path}: families.{family}.{overlap[0]} overrides the shared "
+                         f"range; the keys the families share must have one range: keep it in shared "
+                         f"only, or move it out of shared into every family")
+    specs = {**shared, **own}
+    if not specs:
+        raise BenchError(f"search space {path} gives {family} nothing to search (shared and "
+                         f"families.{family} are empty), so every trial would be the default recipe; "
+                         f"add a key, e.g. trainer.lr: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
     return {str(key): distribution(path, str(key), spec) for key, spec in specs.items()}
 
 
@@ -84,11 +93,21 @@ def as_override(key: str, value: Any) -> str:
     return f"{key}={value!r}"
 
 
+# An integer range of at most this many values is checked value by value: a constraint that
+# holds at both ends can fail between them (heads that must divide a width, say).
+EVERY_VALUE_UP_TO = 64
+
+
 def extremes(space: Space) -> list[dict[str, Any]]:
-    """Value sets that together reach every end of every range and every choice: all lows,
-    all highs, then each further choice of each categorical key."""
+    """Value sets that together reach every end of every range, every choice, and every value
+    of a short integer range: all lows, all highs, then each further value of each key."""
     def ends(d: BaseDistribution) -> list[Any]:
-        return list(d.choices) if isinstance(d, CategoricalDistribution) else [d.low, d.high]
+        if isinstance(d, CategoricalDistribution):
+            return list(d.choices)
+        if isinstance(d, IntDistribution) and not d.log and (d.high - d.low) // d.step < EVERY_VALUE_UP_TO:
+            values = list(range(d.low, d.high + 1, d.step))
+            return [values[0], values[-1], *values[1:-1]]
+        return [d.low, d.high]
 
     options = {key: ends(d) for key, d in space.items()}
     points = [{k: v[0] for k, v in options.items()}, {k: v[min(1, len(v) - 1)] for k, v in options.items()}]

@@ -25,7 +25,7 @@ from optuna.trial import Trial, TrialState
 
 from bench.errors import BenchError, RunFailed
 from bench.records import record
-from bench.run.lock import file_lock
+from bench.run.lock import file_lock, lock_path
 from bench.setup.build import build_task
 from bench.setup.compose import compose_config
 from bench.tune.plan import Family, Plan, trial_overrides
@@ -40,15 +40,23 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     if "://" not in url:
         from optuna.storages.journal import JournalFileBackend
 
-        Path(url).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _make_folder(Path(url).expanduser().parent, url)
         return optuna.storages.JournalStorage(JournalFileBackend(str(Path(url).expanduser())))
     if url.startswith("sqlite:///"):  # the default: a file under the results dir
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        _make_folder(Path(url.removeprefix("sqlite:///")).parent, url)
     try:
         return optuna.storages.RDBStorage(url)
     except Exception as e:  # noqa: BLE001 - a wrong URL, a missing driver, a server that is down
         reason = " ".join(str(e).split())[:200]
         raise BenchError(f"cannot open tune.storage={url} ({type(e).__name__}: {reason})") from None
+
+
+def _make_folder(folder: Path, url: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"cannot create the folder of tune.storage={url}: {e.filename or folder} "
+                         f"({e.strerror}); choose a storage path in a writable folder") from None
 
 
 def open_studies(plan: Plan, storage: optuna.storages.BaseStorage) -> dict[str, optuna.Study]:
@@ -201,11 +209,25 @@ def best_trial(study: optuna.Study, trials: int, higher_is_better: bool) -> optu
 
 
 def final_run(overrides: list[str]) -> dict[str, Any]:
+    """A final's record; where another worker runs the same final now (two ``mhab tune`` on one
+    results dir), its record, once that worker has written it."""
     from bench.experiment import run_experiment
-
     if not logging.getLogger().handlers:  # a joblib worker process
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    return run_experiment(compose_config("config", overrides, "tune"))
+    cfg = compose_config("config", overrides, "tune")
+    rec = run_experiment(cfg)
+    if "locked_by" in rec:
+        log.info("tune: final %s seed %s is being run by %s; waiting for its record",
+                 cfg.model.name, cfg.seed, rec["locked_by"])
+        with run_lock_waiting(cfg.results_dir, record.config_hash(cfg), cfg.seed):
+            pass
+        rec = run_experiment(cfg)  # its record now (or this worker runs it, if that one failed)
+    return rec
+
+
+def run_lock_waiting(results_dir: str, config_hash: str, seed: int) -> contextlib.AbstractContextManager:
+    """The run lock of an experiment and seed, taken when its holder lets it go."""
+    return file_lock(lock_path(results_dir, config_hash, seed), wait=True)
 
 
 def finals(plan: Plan, studies: dict[str, optuna.Study]) -> dict[str, list[dict[str, Any]]]:
