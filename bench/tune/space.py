@@ -1,8 +1,9 @@
 """Search spaces: ``search/<task>.yaml`` (in ``conf/`` or on ``hydra.searchpath``) as Optuna
 distributions, one space per model family: the ``shared`` keys, the same for every family,
-plus the family's own under ``families``. A space is checked before any trial runs: every
-key a setting of the run config, every range non-empty, and its ends and choices allowed
-by the setting's declared type and range (the run's own schema, through ``validate``)."""
+plus the family's own under ``families`` (never a shared key again: one range per shared key).
+A space is checked before any trial runs: something to search, every key a setting of the run
+config, every range non-empty, and its ends, its choices and every value of a short integer
+range allowed by the run's own checks (its schema and build rules, through ``validate``)."""
 
 from __future__ import annotations
 
