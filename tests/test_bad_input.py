@@ -263,6 +263,8 @@ CATALOGUE: dict[str, Case] = {
                                       "task.models.rnn.depht is not a setting of model=lstm"),
     "reference-sized-by-matching": Case([*DIGITS, "model=gru", "model@reference=lstm"],
                                         "the reference model (lstm) is itself sized by matching"),
+    "train-fraction-below-a-batch": Case([*DIGITS, "task.train_fraction=1e-9"],
+                                         "less than one batch (trainer.batch_size=128)"),
     "train-fraction-impossible": Case([*DIGITS, "task.train_fraction=0"],
                                       "task.train_fraction must be > 0 and <= 1, got 0"),
     "data-root-unset": Case(["run", "task.dataset=fashion_mnist"],

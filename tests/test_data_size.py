@@ -111,3 +111,19 @@ def test_a_subset_of_variable_length_utterances_batches_by_length(tmp_path):
     (rec,) = read_records(tmp_path)
     assert rec["data"]["train_examples"] == 20 and not rec["data"]["stratified"]
     assert rec["data"]["batching"]["mode"] == "bucketed"
+
+
+def test_a_training_set_of_a_few_batches_is_said_and_less_than_one_is_refused(caplog):
+    from bench.errors import BenchError
+    from bench.setup.subsets import check_training_size
+
+    full = {"train_fraction": 1.0, "train_examples": 5000}
+    assert check_training_size(full, 128) == full  # plenty: nothing to say
+    few = check_training_size({"train_fraction": 1.0, "train_examples": 300}, 128)
+    assert few["small_training_set"].startswith("300 distinct training examples, fewer than 4 batches")
+    assert "small training set" in caplog.text
+    subset = {"train_fraction": 1e-9, "train_examples": 10, "train_examples_full": 1437}
+    with pytest.raises(BenchError, match=r"leaves 10 of the 1,437 .* at least 0.09"):
+        check_training_size(subset, 128)
+    a_dataset_this_small = {"train_fraction": 1.0, "train_examples": 10}
+    assert "small_training_set" in check_training_size(a_dataset_this_small, 128)  # said, not refused

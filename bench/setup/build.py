@@ -29,7 +29,7 @@ from bench.run.environment import resolve_device
 from bench.setup.matching import WIDTH_KEY, count_on_meta, match_parameters
 from bench.setup.schema import check_section, dataclass_hints, required_fields, signature_hints
 from bench.setup.settings import RunSettings, TrainerSettings, TrainSubsetSettings
-from bench.setup.subsets import train_subset
+from bench.setup.subsets import check_training_size, train_subset
 from bench.setup.task_models import check_task_models
 from bench.task import Splits, Task
 from models.inputs import Built, InputKind
@@ -246,7 +246,7 @@ def build(cfg: DictConfig) -> Setup:
     splits.check_not_empty()
     splits.train, subset = train_subset(splits.train, cfg.task.get("train_fraction", 1.0),
                                         cfg.task.get("train_subset_seed", 0), task.train_classes(splits))
-    splits.info = {**splits.info, **subset}
+    splits.info = {**splits.info, **check_training_size(subset, cfg.trainer.batch_size)}
     inputs = task.input_kind(splits)
     model_cfg, param_match = matched_model(cfg, inputs)
     built = build_model(model_cfg, inputs, device)

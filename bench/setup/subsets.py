@@ -12,6 +12,7 @@ recipe (epochs, warm-up, validation cadence, schedules) means the same compute a
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -19,7 +20,13 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
+from bench.errors import BenchError
 from bench.task import BatchDataset
+
+log = logging.getLogger(__name__)
+# Fewer distinct training examples than this many batches: the run goes on, said in its log
+# line and its record (a model can still be trained; its score means less).
+FEW_BATCHES = 4
 
 
 def nested_subset(count: int, fraction: float, seed: int, classes: Tensor | None = None) -> Tensor:
@@ -70,3 +77,24 @@ def train_subset(train: Dataset, fraction: float, seed: int,
             "budget": "an epoch is the full split's size in samples: the subset repeated "
                       f"{full / len(indices):.1f} times"}
     return RepeatedSubset(train, indices, full), info
+
+
+def check_training_size(info: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """``info`` (``train_subset``'s) with a ``small_training_set`` note when the distinct
+    training examples come to fewer than ``FEW_BATCHES`` batches (also logged). A training
+    fraction that leaves less than one batch is refused: every step would see the same few
+    examples, repeated to the full split's length."""
+    examples, fraction = info["train_examples"], info["train_fraction"]
+    full = info.get("train_examples_full", examples)
+    if fraction < 1.0 and examples < batch_size:
+        needed = math.ceil(100 * batch_size / full) / 100
+        raise BenchError(f"task.train_fraction={fraction:g} leaves {examples} of the {full:,} training "
+                         f"examples, less than one batch (trainer.batch_size={batch_size}), repeated "
+                         f"to {full:,} per epoch; raise task.train_fraction to at least {min(needed, 1):g}")
+    if examples >= FEW_BATCHES * batch_size:
+        return info
+    note = (f"{examples} distinct training examples, fewer than {FEW_BATCHES} batches of "
+            f"{batch_size}: a small training set, its scores mean less")
+    log.warning("%s", note)
+    return {**info, "small_training_set": note}
+
