@@ -532,6 +532,14 @@ CATALOGUE: dict[str, Case] = {
         [*TUNE[:3], "model=attention"], "model.num_heads=3 does not divide",
         setup=search_space("model.num_heads: {low: 2, high: 4}")),
     "tune-max-failed-zero": Case([*TUNE, "tune.max_failed=0"], "tune.max_failed must be >= 1, got 0"),
+    "tune-jobs-zero": Case([*TUNE, "tune.jobs=0"], "tune.jobs must be >= 1, got 0"),
+    "tune-seeds-zero": Case([*TUNE, "tune.seeds=0"], "tune.seeds must be >= 1, got 0"),
+    "tune-seed-negative": Case([*TUNE, "tune.seed=-1"], "tune.seed must be >= 0, got -1"),
+    "on-code-change-unknown": Case([*DIGITS, "on_code_change=ask"], "on_code_change must be one of"),
+    "publish-a-file": Case(["publish"], "no runs under", setup=lambda tmp: [str(a_file(tmp))]),
+    "publish-malformed-record": Case(["publish"], "malformed run record", setup=malformed_record),
+    "table-markdown-no-records": Case(["table", "/nonexistent/results", "--markdown"],
+                                      "no run records under"),
     "tune-storage-under-a-file": Case(TUNE, "cannot create the folder of tune.storage",
                                       setup=storage_under_a_file),
     "speed-threads-negative": Case(["speed", "threads=-1"], "threads must be >= 1, got -1"),
@@ -623,6 +631,10 @@ def _readable(path: Path) -> list[dict]:
 # would do silently and the project now does right, and faults no command line can cause.
 # Each is its own test, named here.
 CHECKED_ELSEWHERE = {
+    "tune-worker-killed-beside-another":
+        "test_tune.py::test_two_workers_one_killed_then_the_command_again_completes_each_study_exactly",
+    "tune-final-held-by-another-worker":
+        "test_tune.py::test_a_final_another_worker_is_running_is_awaited_not_a_crash",
     "code-changed-since-record":
         "test_extensions.py::test_editing_a_familys_source_does_not_reuse_its_old_record_silently",
     "data-changed-under-the-same-config":
@@ -674,7 +686,7 @@ def test_catalogue_is_documented_in_docs_errors():
     assert set(re.findall(row, elsewhere, flags=re.M)) == set(CHECKED_ELSEWHERE)
     for name, test in CHECKED_ELSEWHERE.items():
         assert f"`tests/{test.split('::')[0]}`" in elsewhere.split(f"`{name}`")[1].splitlines()[0], name
-    assert len(CATALOGUE) + len(CHECKED_ELSEWHERE) >= 150
+    assert len(CATALOGUE) + len(CHECKED_ELSEWHERE) >= 190
 
 
 ELSEWHERE_HEADING = "## Warnings, silent library behaviour and faults"

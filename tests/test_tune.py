@@ -277,3 +277,41 @@ def test_a_final_another_worker_is_running_is_awaited_not_a_crash(tmp_path):
                      tuning={"study": "s", "trial": 0, "role": "final"})
     worker.join(timeout=60)
     assert got["rec"]["test_metric"] == 0.77 and got["rec"]["skipped"]
+
+
+@pytest.mark.slow
+def test_two_workers_one_killed_then_the_command_again_completes_each_study_exactly(tmp_path):
+    """Two `mhab tune` processes on one results dir (as on two machines), one killed with
+    kill -9 mid-trial: the other goes on, and the same command again leaves every study with
+    exactly its trials, distinct draws, none counted twice, and one set of finals."""
+    args = [*TINY, "trainer.max_steps=40", "model=attention,gru", "tune.trials=3", "tune.seeds=1",
+            "tune.sampler=tpe", f"results_dir={tmp_path}"]
+    env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path / "c")}
+    workers = [subprocess.Popen([sys.executable, "-m", "bench", "tune", *args], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True) for _ in range(2)]
+    deadline = time.time() + 300
+    while time.time() < deadline and workers[0].poll() is None:  # both at work, trials under way
+        runs = list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else []
+        if len(runs) >= 3 and sum((r / "record.json").exists() for r in runs) < len(runs):
+            break
+        time.sleep(0.05)
+    assert workers[0].poll() is None, "the tune finished before it could be killed"
+    os.killpg(workers[0].pid, signal.SIGKILL)
+    workers[0].wait()
+    _, survivor_err = workers[1].communicate(timeout=600)
+    assert workers[1].returncode == 0, survivor_err
+    out = run_cli("tune", *args, env={"BENCH_CACHE_DIR": str(tmp_path / "c")})
+    assert out.returncode == 0, out.stderr
+    counts = _study_counts(tmp_path)
+    assert sorted(c.get("COMPLETE") for c in counts.values()) == [3, 3]
+    assert not any(c.get("RUNNING") for c in counts.values())
+    records = read_records(tmp_path)
+    trials = [r for r in records if r["status"] == "ok" and r["tuning"]["role"] == "trial"]
+    per_study = pd.Series([r["tuning"]["study"] for r in trials]).value_counts()
+    assert sorted(per_study) == [3, 3]  # none counted twice
+    for study in per_study.index:  # distinct draws: no two trials of a study alike
+        draws = [r["config"]["trainer"]["lr"] for r in trials if r["tuning"]["study"] == study]
+        assert len(set(draws)) == len(draws)
+    finals = [r for r in records if r["status"] == "ok" and r["tuning"]["role"] == "final"]
+    assert sorted(r["model"] for r in finals) == ["attention", "gru"]  # one final each, seed 0
