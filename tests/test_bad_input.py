@@ -631,6 +631,8 @@ def _readable(path: Path) -> list[dict]:
 # would do silently and the project now does right, and faults no command line can cause.
 # Each is its own test, named here.
 CHECKED_ELSEWHERE = {
+    "tune-space-sizes-the-models":
+        "test_tune.py::test_finals_are_refused_when_the_best_trials_differ_in_size",
     "tune-worker-killed-beside-another":
         "test_tune.py::test_two_workers_one_killed_then_the_command_again_completes_each_study_exactly",
     "tune-final-held-by-another-worker":

@@ -315,3 +315,23 @@ def test_two_workers_one_killed_then_the_command_again_completes_each_study_exac
         assert len(set(draws)) == len(draws)
     finals = [r for r in records if r["status"] == "ok" and r["tuning"]["role"] == "final"]
     assert sorted(r["model"] for r in finals) == ["attention", "gru"]  # one final each, seed 0
+
+
+def test_finals_are_refused_when_the_best_trials_differ_in_size(monkeypatch):
+    from types import SimpleNamespace
+
+    from bench.errors import RunFailed
+    from bench.tune import study as tune_study
+
+    sizes = {"a": ("attention", "attention", 69_194), "g": ("gru", "rnn", 135_130),
+             "l": ("lstm", "rnn", 70_000)}
+    monkeypatch.setattr(tune_study.record, "find_ok_record", lambda results, digest, seed, data: {
+        "model": sizes[digest][0], "model_family": sizes[digest][1], "params": sizes[digest][2]})
+    plan = SimpleNamespace(results_dir="unused")
+
+    def best(digest):
+        return SimpleNamespace(user_attrs={"config_hash": digest, "seed": 0, "data": None})
+
+    tune_study.check_matched(plan, {"attention": best("a"), "lstm": best("l")})  # 1.01x: matched
+    with pytest.raises(RunFailed, match=r"gru: 135,130, 1.95x.*sizes the models"):
+        tune_study.check_matched(plan, {"attention": best("a"), "gru": best("g")})

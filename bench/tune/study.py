@@ -25,6 +25,7 @@ from optuna.trial import Trial, TrialState
 
 from bench.errors import BenchError, RunFailed
 from bench.records import record
+from bench.records.table import ATTENTION_FAMILY, PARAMS_TOLERANCE
 from bench.run.lock import file_lock, lock_path
 from bench.setup.build import build_task
 from bench.setup.compose import compose_config
@@ -225,6 +226,31 @@ def final_run(overrides: list[str]) -> dict[str, Any]:
     return rec
 
 
+def check_matched(plan: Plan, best: dict[str, optuna.trial.FrozenTrial]) -> None:
+    """The finals compare at matched parameters: each family's best trial has, as its run
+    recorded, within ``PARAMS_TOLERANCE`` of the attention family's best trial's parameters.
+    A search-space key that sizes a model (a depth, a head count: whatever changes the count)
+    would make the families' best trials differ in size; that is refused before any final."""
+    found = {}
+    for model, trial in best.items():
+        attrs = trial.user_attrs
+        rec = record.find_ok_record(plan.results_dir, attrs.get("config_hash"), attrs.get("seed"),
+                                    attrs.get("data")) if attrs.get("config_hash") else None
+        if rec is not None:
+            found[model] = rec
+    reference = next((r for r in found.values() if r.get("model_family") == ATTENTION_FAMILY), None)
+    if reference is None:
+        return
+    for model, rec in found.items():
+        ratio = rec["params"] / reference["params"]
+        if abs(ratio - 1) > PARAMS_TOLERANCE:
+            raise RunFailed(
+                f"the best trials differ in size ({reference['model']}: {reference['params']:,} "
+                f"parameters, {model}: {rec['params']:,}, {ratio:.2f}x), so the tuned finals would not "
+                f"compare at matched parameters: a key of the search space sizes the models; take it "
+                f"out of the space (keys such as model.depth or model.num_heads) and tune again")
+
+
 def run_lock_waiting(results_dir: str, config_hash: str, seed: int) -> contextlib.AbstractContextManager:
     """The run lock of an experiment and seed, taken when its holder lets it go."""
     return file_lock(lock_path(results_dir, config_hash, seed), wait=True)
@@ -235,6 +261,9 @@ def finals(plan: Plan, studies: dict[str, optuna.Study]) -> dict[str, list[dict[
     workers); their records. A study with trials still running elsewhere gets its finals from
     a later run of the command."""
     runs: list[tuple[str, list[str]]] = []
+    check_matched(plan, {f.model: best_trial(studies[f.model], plan.settings.trials, f.higher_is_better)
+                         for f in plan.families
+                         if counts(studies[f.model])[TrialState.COMPLETE] >= plan.settings.trials})
     for family in plan.families:
         study, n = studies[family.model], counts(studies[family.model])
         if n[TrialState.COMPLETE] < plan.settings.trials:
