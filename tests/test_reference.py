@@ -245,3 +245,23 @@ def test_a_comparison_that_mixes_code_says_so():
                      "asr/d mixes 2 versions of the model or task source: model:111111 (4 runs), "
                      "model:222222 (4 runs)"]
     assert mixed_code(to_frame(records[:1])) == []
+
+
+def test_publish_keeps_an_attention_example_as_its_own_bytes(tmp_path):
+    import torch
+
+    from bench.records.atomic import atomic_torch_save
+    from bench.records.attention_examples import PatchGridExample, load_example
+
+    results = tmp_path / "reference"
+    made_record(results, "20260101-000001-a-s0-h-1", attention_example="attention.pt")
+    features = torch.randn(2000, 1, 40, 101)  # the split's features; the example is a view of one
+    example = PatchGridExample(input=features[7], label=3, heads=torch.rand(4, 5, 24))
+    path = results / "runs" / "20260101-000001-a-s0-h-1" / "attention.pt"
+    atomic_torch_save(path, {"kind": example.kind, "input": example.input, "label": 3,
+                             "heads": example.heads})
+    assert path.stat().st_size > 10_000_000  # the whole storage of the view, as runs once wrote it
+    publish(results)
+    assert path.stat().st_size < 100_000
+    again = load_example(path)
+    assert torch.equal(again.input, features[7]) and torch.equal(again.heads, example.heads)

@@ -103,7 +103,10 @@ KINDS: dict[str, type] = {cls.kind: cls for cls in (PatchGridExample, CrossAtten
 
 
 def save_example(path: Path, example: AttentionExample) -> Path:
-    return atomic_torch_save(path, {"kind": example.kind, **asdict(example)})
+    """Each tensor saved as a copy of its own: ``torch.save`` of a view (one test input sliced
+    out of the split's features) writes the whole storage it views, megabytes for kilobytes."""
+    fields_ = {k: v.clone() if isinstance(v, Tensor) else v for k, v in asdict(example).items()}
+    return atomic_torch_save(path, {"kind": example.kind, **fields_})
 
 
 def load_example(path: Path) -> AttentionExample:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.records.atomic import atomic_write_json
+from bench.records.attention_examples import load_example, save_example
 from bench.records.portable import machine_traces, portable
 from bench.records.record import RECORD, read_record, tuning_role
 from bench.records.table import load, save
@@ -53,6 +54,17 @@ def _refuse_while_running(results_dir: Path) -> None:
             if holder is not None:
                 raise BenchError(f"a run is in progress in {results_dir} ({holder}); publish "
                                  f"when its sweep has finished, or stop it first")
+
+
+def compact_example(path: Path) -> None:
+    """Save an attention example again as just its own tensors (runs before ``save_example``
+    copied them wrote the whole feature storage a test input was a view of): the same
+    content, a fraction of the bytes. One that cannot be read is left for the report to say so."""
+    try:
+        example = load_example(path)
+    except Exception:  # noqa: BLE001 - a damaged file: the report's attention section names it
+        return
+    save_example(path, example)
 
 
 def complete(rec: dict) -> bool:
@@ -94,6 +106,7 @@ def publish(results_dir: str | Path, base: str | Path = ".") -> Published:
                 and (rec["task"], rec["dataset"]) not in drawn):
             drawn.add((rec["task"], rec["dataset"]))
             keep.add(example)
+            compact_example(run_dir / example)
         for extra in (p for p in run_dir.iterdir() if p.name not in keep):
             shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
         if made[run_dir] != json.loads(path.read_text()):  # as stored: read_record sets run_dir anew
