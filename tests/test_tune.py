@@ -335,3 +335,29 @@ def test_finals_are_refused_when_the_best_trials_differ_in_size(monkeypatch):
     tune_study.check_matched(plan, {"attention": best("a"), "lstm": best("l")})  # 1.01x: matched
     with pytest.raises(RunFailed, match=r"gru: 135,130, 1.95x.*sizes the models"):
         tune_study.check_matched(plan, {"attention": best("a"), "gru": best("g")})
+
+
+def test_the_report_names_what_tune_did_where_records_and_storage_can_disagree(tmp_path):
+    from bench.report.tuning import best_settings, stored_trial_states, trials_table, tuning_cost
+
+    def trial(n, val):
+        return {"task": "asr", "dataset": "d", "model": "gru", "model_family": "rnn", "status": "ok",
+                "tuning": {"study": "s", "trial": n, "role": "trial"}, "val_metric": val,
+                "higher_is_better": False, "metric_name": "wer", "wall_time_s": 60.0,
+                "config": {"trainer": {"lr": 0.001 * (n + 1)}}}
+
+    trials = trials_table([trial(0, 0.3), trial(1, 0.2), trial(2, 0.1)])  # trial 2: run beyond tune.trials=2
+    assert best_settings(trials).loc[0, "best trial"] == 2  # the best of every record
+    assert best_settings(trials, {"s": 1}).loc[0, "best trial"] == 1  # what the finals repeat
+    # a worker killed mid-trial leaves a failed trial in the storage and no record
+    storage = f"sqlite:///{tmp_path / 'tuning' / 'optuna.db'}"
+    (tmp_path / "tuning").mkdir()
+    study = optuna.create_study(study_name="s", storage=storage, direction="minimize")
+    for value in (0.3, 0.2, 0.1):
+        study.tell(study.ask(), value)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    stored = stored_trial_states(tmp_path)
+    assert stored == {"s": {"COMPLETE": 3, "FAIL": 1}}
+    assert tuning_cost(trials).loc[0, "failed"] == 0
+    assert tuning_cost(trials, stored).loc[0, "failed"] == 1
+    assert stored_trial_states(tmp_path / "nowhere") == {}

@@ -58,6 +58,7 @@ from bench.report.tuning import (  # noqa: E402
     best_settings,
     expected_max_curves,
     ordering,
+    stored_trial_states,
     trials_table,
     tuning_cost,
 )
@@ -671,7 +672,8 @@ def tuned_and_default(all_records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Section:
+def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame,
+                   results_dir: Path | None = None) -> Section:
     trials = trials_table(all_records)
     s = opened("tuning", trials.empty,
                "No tuning studies: run `mhab tune task=asr model=attention,lstm,gru` (docs/tuning.md).",
@@ -706,11 +708,12 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame) -> Secti
             rivals = group[group["model_family"] != ATTENTION]
             for (b_model, _), b in rivals.groupby(["model", "study"]):
                 s.text(f"{task} / {dataset}: " + ordering(a, b, a_model, b_model) + ".")
-    if not (best := best_settings(trials)).empty:
+    chosen = {r["tuning"]["study"]: r["tuning"]["trial"] for r in all_records if tuning_role(r) == "final"}
+    if not (best := best_settings(trials, chosen)).empty:
         s.text("Each study's best trial and the values its trials varied:")
         s.table(best.drop(columns=["study"]).assign(val=lambda f: f["val"].map(lambda v: fmt(v, 4))),
                 text_cells=True)
-    cost = tuning_cost(trials)
+    cost = tuning_cost(trials, stored_trial_states(results_dir) if results_dir else None)
     s.text("What tuning cost, per study:")
     s.table(cost.drop(columns=["study"]).assign(wall_min=cost["wall_min"].map(lambda v: fmt(v, 3)))
             .rename(columns={"wall_min": "wall time (min)"}))
@@ -797,6 +800,6 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         attention_section(records),
         samples_section(records),
         published_section(records),
-        tuning_section(all_records, side_by_side),
+        tuning_section(all_records, side_by_side, results_dir),
         sizes_section(agg),
     ]

@@ -1,12 +1,15 @@
 """What ``mhab tune``'s records say: each study's expected best validation score against the
 number of trials (Dodge et al., EMNLP 2019, "Show Your Work"), the budgets over which one
 family stays ahead of another, each family's best settings and what its tuning cost. Read
-from run records (their ``tuning`` tag), never from the study storage."""
+from run records (their ``tuning`` tag); where they and the study storage can disagree, from
+what ``mhab tune`` did: the best trial is the one its finals repeat, and the failed trials are
+the storage's count (a worker killed mid-trial leaves no record, only a failed trial)."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -96,16 +99,20 @@ def ordering(a: pd.DataFrame, b: pd.DataFrame, name_a: str, name_b: str) -> str:
             f"budget-free verdict")
 
 
-def best_settings(trials: pd.DataFrame) -> pd.DataFrame:
+def best_settings(trials: pd.DataFrame, chosen: dict[str, int] | None = None) -> pd.DataFrame:
     """Per study: its best trial and the values of the keys its trials varied (the sampled
-    ones: the keys whose recorded values differ between trials)."""
-    rows = []
+    ones: the keys whose recorded values differ between trials). ``chosen``: the trial each
+    study's finals repeat (what ``mhab tune`` took as best, among its first ``tune.trials``),
+    named instead of the best of every recorded trial."""
+    rows, chosen = [], chosen or {}
     ok = trials[trials["status"] == "ok"] if not trials.empty else trials
     for (task, dataset, model, study), group in ok.groupby(["task", "dataset", "model", "study"]) \
             if not ok.empty else ():
         higher = bool(group["higher_is_better"].iloc[0])
         best = group.loc[group["val_metric"].astype(float).idxmax() if higher
                          else group["val_metric"].astype(float).idxmin()]
+        if study in chosen and (group["trial"] == chosen[study]).any():
+            best = group[group["trial"] == chosen[study]].iloc[0]
         # what the trials varied, not where they ran (cache_dir, results_dir: not the experiment)
         flat = [flatten_config({k: v for k, v in c.items() if k not in {"tuning", "hydra", *UNHASHED_KEYS}})
                 for c in group["config"]]
@@ -125,11 +132,36 @@ def _short(value: str | None) -> str:
     return f"{number:.3g}" if isinstance(number, float) else str(number)
 
 
-def tuning_cost(trials: pd.DataFrame) -> pd.DataFrame:
-    """Per study: trials finished, failed, and the wall time of them all."""
+def tuning_cost(trials: pd.DataFrame, stored: dict[str, dict[str, int]] | None = None) -> pd.DataFrame:
+    """Per study: trials finished, failed, and the wall time of them all; ``stored``: each
+    study's trial counts by state in the storage, whose failures are taken where it has the study."""
     if trials.empty:
         return pd.DataFrame()
     grouped = trials.groupby(["task", "dataset", "model", "study"])
-    return grouped.agg(trials=("status", lambda s: int((s == "ok").sum())),
+    cost = grouped.agg(trials=("status", lambda s: int((s == "ok").sum())),
                        failed=("status", lambda s: int((s != "ok").sum())),
                        wall_min=("wall_s", lambda s: float(s.astype(float).sum()) / 60)).reset_index()
+    for i, study in cost["study"].items():
+        if study in (stored or {}):
+            cost.loc[i, "failed"] = stored[study].get("FAIL", 0)
+    return cost
+
+
+def stored_trial_states(results_dir: Path) -> dict[str, dict[str, int]]:
+    """Each study's trial counts by state in the default storage under ``results_dir``
+    (``tuning/optuna.db``), or nothing where there is none or it cannot be read."""
+    path = Path(results_dir) / "tuning" / "optuna.db"
+    if not path.is_file():
+        return {}
+    try:
+        import optuna
+
+        storage = optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}")
+        found = {}
+        for summary in optuna.get_all_study_summaries(storage):
+            study = optuna.load_study(study_name=summary.study_name, storage=storage)
+            states = [t.state.name for t in study.get_trials(deepcopy=False)]
+            found[summary.study_name] = {state: states.count(state) for state in set(states)}
+        return found
+    except Exception:  # noqa: BLE001 - a damaged storage: the records' counts stand
+        return {}
