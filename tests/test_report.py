@@ -472,3 +472,21 @@ def test_a_report_without_distances_says_how_to_get_them(tmp_path):
     write_record(tmp_path, "gru", model="gru")
     section = write_report(tmp_path)[0].read_text().split("## " + TITLES["distance"])[1].split("\n## ")[0]
     assert "No attention distances yet" in section
+
+
+def test_learning_curves_of_a_lower_is_better_metric_put_better_up(tmp_path, monkeypatch):
+    from bench.report import sections
+
+    drawn = []
+    monkeypatch.setattr(sections.Section, "figure", lambda self, caption, fig: drawn.append(fig))
+    history = [{"epoch": e, "train_samples": 10 * e, "wall_s": 5.0 * e, "val_metric": 1.0 / e}
+               for e in (1, 2, 3)]
+    records = [{"task": "asr", "dataset": "d", "label": model, "model_family": family, "seed": 0,
+                "metric_name": "wer", "higher_is_better": False, "history": history,
+                "environment": {"device_name": "Test CPU"}}
+               for model, family in (("attention", "attention"), ("gru", "rnn"))]
+    sections.quality_section(records)
+    (fig,) = drawn
+    by_epoch, by_time = fig.axes
+    assert by_epoch.yaxis_inverted() and by_time.yaxis_inverted()
+    assert "lower is better" in by_epoch.get_ylabel()

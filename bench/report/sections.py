@@ -100,6 +100,8 @@ class Section:
         self.html.append(frame.to_html(index=False, escape=True, border=0, classes="table"))
 
     def figure(self, caption: str, fig) -> None:
+        # constrained layout: a panel's axis label never runs into its neighbour's ticks
+        fig.set_layout_engine("constrained")
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
@@ -380,6 +382,8 @@ def quality_section(records: list[dict]) -> Section:
         _curve_panel(by_epoch, group, "epoch", 1, "epoch")
         _curve_panel(by_time, group, "wall_s", 60, "wall time (min)")
         by_epoch.set_ylabel(f"validation {metric} ({direction(higher_is_better(group))})")
+        if not higher_is_better(group):  # WER: better is up, as in every figure of the report
+            by_epoch.invert_yaxis()  # the axes share y: both panels turn
         fig.suptitle(where)
         s.figure(f"{where}: validation {metric} against epoch and wall time.", fig)
         rows = ttq[(ttq["task"] == task) & (ttq["dataset"] == dataset) & (ttq[PROCESSOR] == processor)]
