@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from bench.errors import BenchError, RunFailed, Terminated
 from bench.records import record
 from bench.run import engine, measure
-from bench.run.environment import environment
+from bench.run.environment import environment, machine_load
 from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
 from bench.setup.build import build, build_task, validate
@@ -157,7 +157,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None,
             base, "failed", started, error=reason, traceback=traceback.format_exc()))
         run_logger.abort("failed")
         raise RunFailed(f"run {run_dir.name} failed: {reason}") from e
-    rec = record.make_record(base, "ok", started, **results)
+    rec = record.make_record(base, "ok", started, **results, load_average=machine_load())
     record.write_record(run_dir, rec)
     run_logger.finish(rec)
     return rec

@@ -12,6 +12,9 @@ TINY = ["task=image", "task.dataset=digits", "trainer.epochs=1", "trainer.max_st
 
 def test_run_returns_the_record_and_does_not_rerun_a_recorded_seed(tmp_path):
     rec = api.run([*TINY, f"results_dir={tmp_path}", "seed=4"])
+    # what the run ran with beyond its config: its code, and how loaded the machine was
+    assert set(rec["code"]) == {"model", "task"} and rec["code"]["task"]["module"] == "tasks.image"
+    assert len(rec["load_average"]) == 3 and all(load >= 0 for load in rec["load_average"])
     assert rec["status"] == "ok" and rec["seed"] == 4 and rec["steps"] == 3
     assert (tmp_path / "runs" / rec["run_id"] / "record.json").exists()
     again = api.run([*TINY, f"results_dir={tmp_path}", "seed=4"])

@@ -216,6 +216,7 @@ class RunRecord(TypedDict, total=False):
     attention_distance: dict[str, Any]
     attention_example: str
     final_seconds: dict[str, Any]  # after training: test, flops, attention, inference_speed
+    load_average: list[Any] | None  # the machine's 1/5/15-minute load when the run ended
     wall_time_s: Number
 
 

@@ -96,6 +96,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def machine_load() -> list[float] | None:
+    """The machine's load average over 1, 5 and 15 minutes (None where the system has none):
+    a run timed beside other work (a test suite, a third run) shows it here."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def environment(device: torch.device) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
