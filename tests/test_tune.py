@@ -49,13 +49,9 @@ def test_ordering_says_over_which_budgets_one_family_leads():
 
 
 def _study_counts(results_dir: Path) -> dict[str, dict[str, int]]:
-    storage = f"sqlite:///{results_dir.resolve() / 'tuning' / 'optuna.db'}"
-    out = {}
-    for summary in optuna.get_all_study_summaries(storage):
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        states = [t.state.name for t in study.get_trials(deepcopy=False)]
-        out[summary.study_name] = {state: states.count(state) for state in set(states)}
-    return out
+    from bench.report.tuning import stored_trial_states
+
+    return stored_trial_states(results_dir)
 
 
 @pytest.mark.slow
