@@ -166,6 +166,8 @@ def test_timings_are_compared_within_one_processor_and_quality_pools_across():
     findings = speed_findings(timing)
     assert sorted(f.where for f in findings) == ["asr/d on Fast CPU", "asr/d on Slow CPU"]
     assert all("1.50x the samples/s" in f.numbers for f in findings)  # never 0.15x or 15x
+    fast = next(f for f in findings if f.where.endswith("Fast CPU"))
+    assert "(1500 ± 0 samples/s over 2 seeds against 1000 ± 0 samples/s over 2 seeds;" in fast.numbers
     pooled = aggregate(frame)
     assert pooled.set_index("model")["seeds"].to_dict() == {"attention": 4, "gru": 4}
     section = results_section(frame, pooled, timing)

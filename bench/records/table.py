@@ -239,6 +239,9 @@ def aggregate(frame: pd.DataFrame, by_processor: bool = False) -> pd.DataFrame:
     out = grouped.agg(**columns, mean=("test_metric", "mean"), std=("test_metric", "std")).reset_index()
     out.insert(out.columns.get_loc("std") + 1, "ci95",
                [confidence_interval(g["test_metric"]) for _, g in grouped])
+    # how noisy the throughput of one run is: its spread over seeds (the report's claim 2)
+    out["train_samples_per_s_ci95"] = [confidence_interval(g["train_samples_per_s"].dropna())
+                                       for _, g in grouped]
     # each seed's test metric, in seed order: what a test of a difference needs (bench.report.stats)
     out["values"] = [tuple(g.sort_values("seed")["test_metric"]) for _, g in grouped]
     return out

@@ -177,6 +177,16 @@ def on_processor(rows: pd.DataFrame, processor: object) -> str:
     return f" on {processor}" if several else ""
 
 
+def _rate(row: pd.Series) -> str:
+    """A row's training samples/s as the report states it: the mean over seeds, with the
+    half-width of its 95% interval where there are several (how noisy one measurement is)."""
+    spread = row.get("train_samples_per_s_ci95")
+    seeds = int(row["seeds"]) if "seeds" in row else 1
+    if spread is None or spread != spread:
+        return f"{row['train_samples_per_s']:.0f} samples/s, 1 run"
+    return f"{row['train_samples_per_s']:.0f} ± {spread:.0f} samples/s over {seeds} seeds"
+
+
 def speed_findings(agg: pd.DataFrame) -> list[Finding]:
     """Claim 2 on throughput: each attention setting's training samples/s (tokens/s along a
     length sweep) against the fastest model of each baseline family at its size, on the same
@@ -201,7 +211,8 @@ def speed_findings(agg: pd.DataFrame) -> list[Finding]:
                 findings.append(Finding(
                     f"{task}/{dataset}{on_processor(agg, row.get(PROCESSOR))}", faster(ratio),
                     f"{name(row)} trains at {ratio:.2f}x the samples/s of the fastest {family} "
-                    f"baseline, {name(fastest)}; one measurement per run, no CI"))
+                    f"baseline, {name(fastest)} ({_rate(row)} against {_rate(fastest)}; each run's "
+                    f"steady-state training samples/s, data loading included)"))
     for (task, seq_len), group in length_table(agg).groupby(["task", "seq_len"]):
         for family, rows in baselines(group).items():
             for _, row in group[group["model_family"] == ATTENTION].iterrows():
