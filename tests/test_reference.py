@@ -267,3 +267,16 @@ def test_publish_keeps_an_attention_example_as_its_own_bytes(tmp_path):
     assert path.stat().st_size < 100_000
     again = load_example(path)
     assert torch.equal(again.input, features[7]) and torch.equal(again.heads, example.heads)
+
+
+def test_a_machine_path_in_a_hashed_config_key_is_refused_not_rewritten(tmp_path):
+    results = tmp_path / "reference"
+    rec = made_record(results, "20260101-000001-a-s0-h-1")
+    rec["config"]["task"]["root"] = "/home/someone/my_images"  # a user folder: part of the hash
+    rec["config_hash"] = config_hash(rec["config"])
+    path = results / "runs" / "20260101-000001-a-s0-h-1" / "record.json"
+    path.write_text(json.dumps(rec))
+    before = path.read_text()
+    with pytest.raises(BenchError, match=r"config\.task\.root: /home/someone/my_images"):
+        publish(results)
+    assert path.read_text() == before  # nothing changed

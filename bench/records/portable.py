@@ -66,22 +66,28 @@ def _rewrite(value: Any, replacements: list[tuple[str, str]]) -> Any:
 
 
 def portable(rec: RunRecord, run_name: str, base: str | Path, project: str | Path) -> RunRecord:
-    """``rec`` with no host name and no path of this machine: the config's results dir, data
-    root and cache as placeholders (``PLACEHOLDERS``), ``run_dir`` as
+    """``rec`` with no host name and no path of this machine (but in config keys the hash
+    reads): the config's results dir, data root and cache as placeholders (``PLACEHOLDERS``),
+    ``run_dir`` as
     ``<results_dir>/runs/<run_name>``, and wherever those paths, the checkout (``project``),
     the home folder or Python's folders appear in its text (a traceback, a data path), their
     placeholders.
     ``base`` is the folder the run's relative paths were relative to. The config hash is
     unchanged (checked: a change would be a bug)."""
-    out = _rewrite(dict(rec), _replacements(rec, Path(base), Path(project)))
-    config = out.get("config")
-    if isinstance(config, dict):
+    # The config is left as it is but for the keys the hash leaves out: a path in a key the
+    # hash reads (a user folder's task.root) names the experiment, and stays for the caller
+    # to refuse (machine_traces finds it).
+    out = _rewrite({k: v for k, v in rec.items() if k != "config"},
+                   _replacements(rec, Path(base), Path(project)))
+    if isinstance(rec.get("config"), dict):
+        config = dict(rec["config"])
         for key, placeholder in PLACEHOLDERS.items():
             if config.get(key) is not None:
                 config[key] = placeholder
         if config_hash(config) != rec.get("config_hash"):
             raise ValueError(f"making {run_name} portable changed its config hash "
                              f"({rec.get('config_hash')} -> {config_hash(config)})")
+        out["config"] = config
     if isinstance(out.get("environment"), dict):
         out["environment"].pop(HOST_KEY, None)
     out["run_dir"] = f"{PLACEHOLDERS['results_dir']}/runs/{run_name}"

@@ -92,7 +92,9 @@ def publish(results_dir: str | Path, base: str | Path = ".") -> Published:
     for run_dir, rec in made.items():  # every check before the first change
         if traces := list(machine_traces(rec)):
             raise BenchError(f"{run_dir / RECORD} would still name this machine after publishing "
-                             f"({traces[0]}); nothing was changed; report this as a bug")
+                             f"({traces[0]}): a path in what names the experiment (its config) "
+                             f"cannot be made portable without changing its config hash; publish "
+                             f"runs whose data is found through data_dir, or leave this one out")
     drawn: set[tuple] = set()  # the task and dataset whose attention example is kept
     for run_dir, rec in found.items():
         path = run_dir / RECORD
