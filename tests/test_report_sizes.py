@@ -151,3 +151,19 @@ def test_the_figures_tick_labels_do_not_run_together():
     wer = _size_figure(group, DATA, "wer", False)  # better is up: the shared WER axis inverted
     assert all(ax.yaxis_inverted() for ax in wer.axes)
     plt.close(wer)
+
+
+def test_wall_time_is_not_drawn_across_processor_models():
+    import matplotlib.pyplot as plt
+
+    from bench.report.sections import _size_figure
+
+    group = pd.DataFrame([{"model": model, "train_examples": n, "train_flops": 1e13 * (i + 1),
+                           "wall_time_s": 60.0 * (i + 1), "mean": 0.8, "ci95": 0.01}
+                          for model in ("attention", "gru") for i, n in enumerate((1000, 10000))])
+    one, two = _size_figure(group, DATA, "accuracy", True), _size_figure(group, DATA, "accuracy", True, 2)
+    assert len(one.axes[2].lines) == 2 and not one.axes[2].texts
+    assert not two.axes[2].lines and "wall time not compared" in two.axes[2].texts[0].get_text()
+    assert len(two.axes[1].lines) == 2  # FLOPs are the same on any processor: still drawn
+    plt.close(one)
+    plt.close(two)

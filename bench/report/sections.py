@@ -730,9 +730,10 @@ def tuning_section(all_records: list[dict], side_by_side: pd.DataFrame,
 
 
 # ---------------------------------------------------------------- sizes
-def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: bool):
+def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: bool, processors: int = 1):
     """The test metric against the axis' own measure, training FLOPs and wall time: a line per
-    model, its band the seeds' 95% interval."""
+    model, its band the seeds' 95% interval. Runs timed on several ``processors`` models give
+    no wall-time panel: wall time compares within one processor model only."""
     panels = ((axis.x, 1.0, axis.noun), ("train_flops", 1e12, "training TFLOPs"),
               ("wall_time_s", 60.0, "wall time (min)"))
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
@@ -740,6 +741,10 @@ def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: boo
         ax.set_xlabel(xlabel)
         # records written without the measure (by hand, or before it was recorded) leave it out
         known = group[pd.to_numeric(group[x], errors="coerce").gt(0)] if x in group else group.iloc[0:0]
+        if x == "wall_time_s" and processors > 1:
+            ax.text(0.5, 0.5, f"runs on {processors} processor models:\nwall time not compared",
+                    ha="center", va="center", transform=ax.transAxes)
+            continue
         if known.empty:
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
             continue
@@ -757,7 +762,7 @@ def _size_figure(group: pd.DataFrame, axis: sizes.Axis, metric: str, higher: boo
     return fig
 
 
-def sizes_section(agg: pd.DataFrame) -> Section:
+def sizes_section(agg: pd.DataFrame, timing: pd.DataFrame | None = None) -> Section:
     found = {name: sizes.points(agg, axis) for name, axis in sizes.AXES.items()}
     s = opened("sizes", all(rows.empty for rows in found.values()),
                "No sweep along training-set size or model size: `mhab run -m suite=scale_data "
@@ -771,8 +776,11 @@ def sizes_section(agg: pd.DataFrame) -> Section:
         axis = sizes.AXES[name]
         for (task, dataset), group in rows.groupby(["task", "dataset"]):
             metric, higher = group["metric_name"].iloc[0], higher_is_better(group)
+            timed = timing[(timing["task"] == task) & (timing["dataset"] == dataset)] \
+                if timing is not None else group.iloc[0:0]
+            processors = max(1, timed[PROCESSOR].nunique(dropna=False)) if PROCESSOR in timed else 1
             s.figure(f"{task} / {dataset}: test {metric} against {axis.noun}, training FLOPs and "
-                     f"wall time.", _size_figure(group, axis, metric, higher))
+                     f"wall time.", _size_figure(group, axis, metric, higher, processors))
             attention = group[group["model_family"] == ATTENTION]
             for a_model, a in attention.groupby("model"):
                 for b_model, b in group[group["model_family"] != ATTENTION].groupby("model"):
@@ -805,5 +813,5 @@ def build(results_dir: Path, all_records: list[dict]) -> list[Section]:
         samples_section(records),
         published_section(records),
         tuning_section(all_records, side_by_side, results_dir),
-        sizes_section(agg),
+        sizes_section(agg, timing),
     ]
