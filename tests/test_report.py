@@ -378,6 +378,7 @@ def test_time_to_quality_and_learning_curves(tmp_path):
     markdown = sections[0].read_text()
     quality = markdown.split("## " + TITLES["quality"])[1].split("\n## ")[0]
     assert "image / digits: validation accuracy against epoch and wall time." in quality
+    assert "image / digits: time to quality\n\n| target" in quality  # each table says whose it is
     rows = {(r["target"].split(" (")[0], r["model"]): r for r in _markdown_rows(quality)}
     # the rnn family's target is the GRU's mean best, 0.8005; the tcn's is its own, 0.9505
     assert rows[("best rnn baseline's final", "attention")]["wall time (min)"] == "2"  # epoch 2, 120 s
@@ -491,3 +492,20 @@ def test_learning_curves_of_a_lower_is_better_metric_put_better_up(tmp_path, mon
     by_epoch, by_time = fig.axes
     assert by_epoch.yaxis_inverted() and by_time.yaxis_inverted()
     assert "lower is better" in by_epoch.get_ylabel()
+
+
+def test_metric_by_length_puts_better_up_and_names_its_table(tmp_path, monkeypatch):
+    from bench.report import sections
+
+    drawn = []
+    monkeypatch.setattr(sections.Section, "figure", lambda self, caption, fig: drawn.append(fig))
+    buckets = [{"length": "1-2", "count": 5, "value": 0.01}, {"length": "3+", "count": 5, "value": 0.03}]
+    records = [{"task": "asr", "dataset": "d", "label": "attention", "model_family": "attention", "seed": 0,
+                "higher_is_better": False, "test_details": {"metric_by_length": {
+                    "unit": "words", "metric": "wer", "buckets": buckets}}}]
+    section = sections.length_section(records)
+    (fig,) = drawn
+    assert fig.axes[0].yaxis_inverted() and "lower is better" in fig.axes[0].get_ylabel()
+    text = "\n".join(section.markdown)
+    assert "asr / d: test wer by input length (words), mean over seeds" in text
+    assert text.splitlines()[1].startswith("| length ")  # the first column is the length

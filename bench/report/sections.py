@@ -387,6 +387,7 @@ def quality_section(records: list[dict]) -> Section:
         fig.suptitle(where)
         s.figure(f"{where}: validation {metric} against epoch and wall time.", fig)
         rows = ttq[(ttq["task"] == task) & (ttq["dataset"] == dataset) & (ttq[PROCESSOR] == processor)]
+        s.text(f"{where}: time to quality")  # the figures come after the tables: name each table
         s.table(pd.DataFrame({
             "target": [f"{t} ({v:.4g})" for t, v in zip(rows["target"], rows["target_value"], strict=True)],
             "model": rows["model"],
@@ -414,12 +415,18 @@ def length_section(records: list[dict]) -> Section:
         for model, g in mean.groupby("model"):
             g = g.set_index("length").reindex(order)
             ax.plot(order, g["value"], marker="o", label=model)
+        higher = higher_is_better(group)
         ax.set_xlabel(f"input length ({unit})")
-        ax.set_ylabel(f"test {metric}")
+        ax.set_ylabel(f"test {metric} ({direction(higher)})")
+        if not higher:  # WER: better is up, as in every figure of the report
+            ax.invert_yaxis()
         ax.set_title(f"{task} / {dataset}")
         ax.legend(fontsize=7)
         s.figure(f"{task} / {dataset}: test {metric} by input length (mean over seeds).", fig)
-        s.table(mean.pivot(index="length", columns="model", values="value").reindex(order).reset_index())
+        s.text(f"{task} / {dataset}: test {metric} by input length ({unit}), mean over seeds")
+        table = mean.pivot(index="length", columns="model", values="value").reindex(order)
+        table.columns.name = None  # the models head their columns; no empty "model" column
+        s.table(table.reset_index())
     return s
 
 
@@ -474,6 +481,7 @@ def distance_section(records: list[dict]) -> Section:
         ax.legend(fontsize=7)
         s.figure(f"{task} / {dataset}: each head's mean attention distance per layer.", fig)
         rows = spread[(spread["task"] == task) & (spread["dataset"] == dataset)]
+        s.text(f"{task} / {dataset}: the nearest- and farthest-looking head per layer")
         s.table(pd.DataFrame({
             "model": rows["model"], "layer": rows["layer"], "heads": rows["heads"], "seeds": rows["seeds"],
             "nearest head": rows["nearest"].map(lambda v: fmt(v, 3)),
