@@ -244,9 +244,14 @@ def test_a_comparison_that_mixes_code_says_so():
         rec["code"] = {"model": {"module": "m", "sha256": "111111" if i % 2 else "222222"}}
     notes = mixed_code(to_frame(records))
     assert notes == ["asr/d mixes 2 code revisions: abc1234 (4 runs), def5678 (4 runs)",
-                     "asr/d mixes 2 versions of the model or task source: model:111111 (4 runs), "
-                     "model:222222 (4 runs)"]
-    assert mixed_code(to_frame(records[:1])) == []
+                     "asr/d attention mixes 2 versions of its model or task source: model:111111 (2 runs), "
+                     "model:222222 (2 runs)",
+                     "asr/d gru mixes 2 versions of its model or task source: model:111111 (2 runs), "
+                     "model:222222 (2 runs)"]
+    for rec in records:  # each family's own source, one version each: nothing mixed
+        rec["environment"]["git_revision"] = "abc1234"
+        rec["code"] = {"model": {"module": rec["model"], "sha256": rec["model"][:6]}}
+    assert mixed_code(to_frame(records)) == []
 
 
 def test_publish_keeps_an_attention_example_as_its_own_bytes(tmp_path):

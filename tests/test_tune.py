@@ -292,7 +292,7 @@ def test_two_workers_one_killed_then_the_command_again_completes_each_study_exac
         if len(runs) >= 3 and sum((r / "record.json").exists() for r in runs) < len(runs):
             break
         time.sleep(0.05)
-    assert workers[0].poll() is None, "the tune finished before it could be killed"
+    assert workers[0].poll() is None, f"the tune ended before it could be killed: {workers[0].stderr.read()}"
     os.killpg(workers[0].pid, signal.SIGKILL)
     workers[0].wait()
     _, survivor_err = workers[1].communicate(timeout=600)
@@ -322,13 +322,16 @@ def test_finals_are_refused_when_the_best_trials_differ_in_size(monkeypatch):
     sizes = {"a": ("attention", "attention", 69_194), "g": ("gru", "rnn", 135_130),
              "l": ("lstm", "rnn", 70_000)}
     monkeypatch.setattr(tune_study.record, "find_ok_record", lambda results, digest, seed, data: {
-        "model": sizes[digest][0], "model_family": sizes[digest][1], "params": sizes[digest][2]})
+        "model": sizes[digest][0], "model_family": sizes[digest][1], "params": sizes[digest][2],
+        "param_match": {"computed": digest != "a" and not digest.endswith("given")}})
+    sizes["g-given"] = ("gru", "rnn", 135_130)  # a width the user gave: unmatched by choice, not refused
     plan = SimpleNamespace(results_dir="unused")
 
     def best(digest):
         return SimpleNamespace(user_attrs={"config_hash": digest, "seed": 0, "data": None})
 
     tune_study.check_matched(plan, {"attention": best("a"), "lstm": best("l")})  # 1.01x: matched
+    tune_study.check_matched(plan, {"attention": best("a"), "gru": best("g-given")})
     with pytest.raises(RunFailed, match=r"gru: 135,130, 1.95x.*sizes the models"):
         tune_study.check_matched(plan, {"attention": best("a"), "gru": best("g")})
 

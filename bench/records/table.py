@@ -296,16 +296,20 @@ def markdown_summary(frame: pd.DataFrame) -> str:
 
 
 def mixed_code(frame: pd.DataFrame) -> list[str]:
-    """Per task and dataset whose ok runs came from more than one code revision or version of
-    the model's or task's source: a sentence saying so, with the runs of each."""
+    """A sentence for each task and dataset whose ok runs came from more than one code
+    revision, and for each model there whose runs came from more than one version of its own or
+    its task's source (each family's source differs from the others' by nature)."""
     notes = []
     ok = latest_ok(frame)
-    for (task, dataset), rows in ok.groupby(["task", "dataset"]):
-        for column, what, width in (("git_revision", "code revisions", 12),
-                                    ("code_fingerprint", "versions of the model or task source", None)):
+    checks = ((["task", "dataset"], "git_revision", "code revisions", 12),
+              (["task", "dataset", "model"], "code_fingerprint", "versions of its model or task source",
+               None))
+    for keys, column, what, width in checks:
+        for place, rows in ok.groupby(keys):
             counts = rows[column].dropna().str[:width].value_counts()
             if len(counts) > 1:
-                notes.append(f"{task}/{dataset} mixes {len(counts)} {what}: "
+                notes.append(f"{'/'.join(place[:2])}{' ' + place[2] if len(place) > 2 else ''} mixes "
+                             f"{len(counts)} {what}: "
                              + ", ".join(f"{value} ({n} runs)" for value, n in sorted(counts.items())))
     return notes
 

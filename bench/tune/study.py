@@ -43,10 +43,15 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 
         _make_folder(Path(url).expanduser().parent, url)
         return optuna.storages.JournalStorage(JournalFileBackend(str(Path(url).expanduser())))
+    guard: contextlib.AbstractContextManager = contextlib.nullcontext()
     if url.startswith("sqlite:///"):  # the default: a file under the results dir
-        _make_folder(Path(url.removeprefix("sqlite:///")).parent, url)
+        path = Path(url.removeprefix("sqlite:///"))
+        _make_folder(path.parent, url)
+        # two workers starting together would both create its tables: one at a time
+        guard = file_lock(path.parent / f".{path.name}.create.lock", wait=True)
     try:
-        return optuna.storages.RDBStorage(url)
+        with guard:
+            return optuna.storages.RDBStorage(url)
     except Exception as e:  # noqa: BLE001 - a wrong URL, a missing driver, a server that is down
         reason = " ".join(str(e).split())[:200]
         raise BenchError(f"cannot open tune.storage={url} ({type(e).__name__}: {reason})") from None
@@ -227,8 +232,8 @@ def final_run(overrides: list[str]) -> dict[str, Any]:
 
 
 def check_matched(plan: Plan, best: dict[str, optuna.trial.FrozenTrial]) -> None:
-    """The finals compare at matched parameters: each family's best trial has, as its run
-    recorded, within ``PARAMS_TOLERANCE`` of the attention family's best trial's parameters.
+    """The finals compare at matched parameters: each matched family's best trial has, as its
+    run recorded, within ``PARAMS_TOLERANCE`` of the attention family's best trial's parameters.
     A search-space key that sizes a model (a depth, a head count: whatever changes the count)
     would make the families' best trials differ in size; that is refused before any final."""
     found = {}
@@ -242,6 +247,8 @@ def check_matched(plan: Plan, best: dict[str, optuna.trial.FrozenTrial]) -> None
     if reference is None:
         return
     for model, rec in found.items():
+        if not (rec.get("param_match") or {}).get("computed"):
+            continue  # a width the user gave (or the reference itself): not sized by matching
         ratio = rec["params"] / reference["params"]
         if abs(ratio - 1) > PARAMS_TOLERANCE:
             raise RunFailed(
