@@ -8,27 +8,14 @@ project's engine is covered by the git revision each record carries."""
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
-from typing import Any
 
 from omegaconf import DictConfig
 
-from bench.errors import BenchError
+from bench.setup.build import locate
 
 # The config sections whose ``_target_`` names the code a run's numbers depend on, beside the engine.
 ROLES = ("model", "task")
-
-
-def module_of(target: str) -> Any:
-    """The module that defines ``target`` (``models.rnn_family.build`` -> ``models.rnn_family``)."""
-    parts = target.split(".")
-    for end in range(len(parts), 0, -1):
-        try:
-            return importlib.import_module(".".join(parts[:end]))
-        except ImportError:
-            continue
-    raise BenchError(f"cannot import '{target}': check its _target_ and hydra.searchpath")
 
 
 def source_fingerprint(cfg: DictConfig) -> dict[str, dict[str, str]]:
@@ -38,7 +25,7 @@ def source_fingerprint(cfg: DictConfig) -> dict[str, dict[str, str]]:
         target = (cfg.get(role) or {}).get("_target_")
         if not target:
             continue
-        module = module_of(target)
+        module = inspect.getmodule(locate(target, f"{role}._target_"))  # where it is defined
         try:
             source = inspect.getsource(module).encode()
         except (OSError, TypeError):  # no source to read (a compiled module): nothing to compare
