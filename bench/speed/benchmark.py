@@ -46,7 +46,7 @@ from bench.setup.build import Setup, build, check_progress
 from bench.setup.build import validate as validate_run
 from bench.setup.compose import compose_config, parse_overrides
 from bench.setup.schema import check_section, dataclass_hints
-from bench.speed.analysis import TARGET, paired_overhead
+from bench.speed.analysis import TARGET, median_ci, paired_overhead
 from models.attention import MultiHeadAttention, attention_path
 from models.settings import AT_LEAST_1, NON_NEGATIVE
 
@@ -334,8 +334,8 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
                        device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights, which the model holds
-    again when this returns. The best of each gives
-    the throughput columns; the overhead is the median over the pairs (``paired_overhead``)."""
+    again when this returns. The median of each gives the throughput columns (the bare loop's
+    with its 95% CI); the overhead is the median over the pairs (``paired_overhead``)."""
     task, splits, model = setup.task, setup.splits, setup.model
     initial = copy.deepcopy(model.state_dict())
     compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
@@ -362,12 +362,16 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
         bare.append(_bare_loop(task, model, batches, run_cfg, device, cfg.warmup))
         model.load_state_dict(initial)
         engine.append(_engine_samples_per_s(task, model, splits, run_cfg, device, steps, cfg.warmup))
-    step_s = batch_size / max(bare)
+    # The median pass with its 95% CI, not the best: a run record's samples/s is a mean over a
+    # whole run, and on a shared or virtual machine passes spread widely (docs/speed.md).
+    bare_median, bare_low, bare_high = median_ci(bare)
+    step_s = batch_size / bare_median
     overhead, ci_low, ci_high = paired_overhead(bare, engine)
     data_s = _data_seconds_per_batch(loader, timed)
     train = {**base, "mode": "train",
              **rates(step_s, batch_size, 0, step_flops(forward_flops, "train")),
-             "timed_steps": timed, "engine_samples_per_s": max(engine),
+             "samples_per_s_ci_low": bare_low, "samples_per_s_ci_high": bare_high, "repeats": len(bare),
+             "timed_steps": timed, "engine_samples_per_s": statistics.median(engine),
              "engine_overhead": overhead, "engine_overhead_ci_low": ci_low,
              "engine_overhead_ci_high": ci_high,
              "data_ms_per_batch": 1000 * data_s, "data_share": data_s / step_s}
