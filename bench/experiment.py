@@ -19,6 +19,7 @@ from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
 from bench.setup.build import build, build_task, validate
 from bench.setup.fingerprint import changed, source_fingerprint
+from bench.task import Task
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -58,7 +59,8 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)
     resolved = record.resolved_config(cfg)
     config_hash = record.config_hash(resolved)
-    data = build_task(cfg).data_fingerprint()  # the experiment is its config and its data
+    task = build_task(cfg)  # built once: its data fingerprint now, its data and model in _run
+    data = task.data_fingerprint()  # the experiment is its config and its data
     code = source_fingerprint(cfg)  # and the code that answers it
     if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:
         return done
@@ -69,7 +71,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
             return {"skipped": True, "locked_by": other}
         if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:  # finished while we looked
             return done
-        return _run(cfg, resolved, config_hash, data, code)
+        return _run(cfg, task, resolved, config_hash, data, code)
 
 
 def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None,
@@ -96,19 +98,19 @@ def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None,
     return {**done, "skipped": True}
 
 
-def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None,
+def _run(cfg: DictConfig, task: Task, resolved: dict, config_hash: str, data: str | None,
          code: dict[str, Any]) -> dict[str, Any]:
     try:
-        setup = build(cfg)
+        setup = build(cfg, task)
     except BenchError:
         raise
     except Exception as e:  # a bug, not a user mistake: recorded as a failed run like any other
         _record_failure(cfg, resolved, config_hash, e, started=time.time())
-    task, splits, model, device = setup.task, setup.splits, setup.model, setup.device
+    splits, model, device, trainer = setup.splits, setup.model, setup.device, setup.trainer
     base = record.RunRecord(
         task=task.name,
         dataset=task.dataset,
-        model=setup.model_label(cfg.model),
+        model=setup.model_label,
         model_family=cfg.model.get("family") or cfg.model.name,
         variant=cfg.get("variant") or "default",
         seed=cfg.seed,
@@ -121,8 +123,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None,
         model_notes=setup.built.notes,
         param_match=setup.param_match,
         data={**splits.info, "batching": task.batching_info(
-            splits.train, cfg.trainer.batching, cfg.trainer.batch_size, cfg.seed,
-            cfg.trainer.get("max_tokens"))},
+            splits.train, trainer.batching, trainer.batch_size, cfg.seed, trainer.max_tokens)},
         config=resolved,
         environment=environment(device),
     )
@@ -141,7 +142,7 @@ def _run(cfg: DictConfig, resolved: dict, config_hash: str, data: str | None,
     try:
         bar = show_progress(cfg.progress)
         results = engine.fit(
-            task, model, splits, cfg.trainer, device, run_dir, cfg.seed, bar,
+            task, model, splits, trainer, device, run_dir, cfg.seed, bar,
             log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
             logger=run_logger, test=record.tuning_role(cfg) != "trial",
         )

@@ -1,10 +1,10 @@
 """bf16 autocast and torch.compile in the engine and in `mhab speed` (bench.run.acceleration)."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 from torch._dynamo import register_backend
 
@@ -37,7 +37,7 @@ def _fit(run_dir, **trainer):
     model = nn.Linear(4, 2)
     forwards = []  # (training?, output dtype) of every forward the engine runs
     model.register_forward_hook(lambda m, args, out: forwards.append((m.training, out.dtype)))
-    out = fit(ToyTask(), model, ToyTask().load(0), OmegaConf.merge(TRAINER, trainer), CPU, run_dir,
+    out = fit(ToyTask(), model, ToyTask().load(0), replace(TRAINER, **trainer), CPU, run_dir,
               seed=0, progress=False)
     return out, forwards, model
 
@@ -115,8 +115,9 @@ def test_speed_task_models_train_with_the_speed_options(tmp_path, monkeypatch):
     assert default.trainer.dtype == "float32" and default.trainer.compile is False
     seen = []
     monkeypatch.setattr(benchmark, "measure_task_model",
-                        lambda setup, run_cfg, cfg, device: seen.append(run_cfg.trainer.dtype) or [])
-    models = [(default, build(default))]
+                        lambda setup, dtype, cfg, device: seen.append(dtype) or [])
+    assert build(run_cfg).trainer.compile == "aot_eager"  # the typed recipe the engine gets
+    models = [build(default)]
     for dtype in ("float32", "bf16"):
         list(benchmark.task_rows(cfg, models, CPU, False, dtype))
     assert seen == ["float32", "bf16"]

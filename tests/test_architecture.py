@@ -23,7 +23,7 @@ LAYERS: dict[str, set[str]] = {
     "bench.setup": {"bench.errors", "bench.records", "bench.task", "bench.run", "models"},
     "bench.speed": {"bench.errors", "bench.records", "bench.setup", "bench.run", "models"},
     "bench.report": {"bench.errors", "bench.records", "bench.run", "bench.speed"},
-    "bench.experiment": {"bench.errors", "bench.records", "bench.setup", "bench.run"},
+    "bench.experiment": {"bench.errors", "bench.records", "bench.task", "bench.setup", "bench.run"},
     "bench.tune": {"bench.errors", "bench.records", "bench.setup", "bench.run", "bench.experiment",
                    "models"},
     "bench.estimate": {"bench.errors", "bench.records", "bench.setup", "bench.tune"},

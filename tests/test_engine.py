@@ -1,12 +1,12 @@
 """The engine's schedule, checkpoint selection, failure records and measurements."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from timm.utils import ModelEmaV3
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -15,19 +15,18 @@ from bench.errors import RunFailed
 from bench.records.atomic import atomic_write_text, load_state_dict
 from bench.records.record import config_hash, new_run_dir
 from bench.run import measure
-from bench.run.engine import CHECKPOINT, build_optimizer, fit, warmup_cosine
+from bench.run.engine import CHECKPOINT, TrainerSettings, build_optimizer, fit, warmup_cosine
 from bench.task import ClassificationTask, Splits
 from models.ctc import TransformerTranscriber
 from models.patch import PatchTransformerClassifier
 from models.seq2seq import TransformerSeq2Seq
 from models.transformer import TokenTransformerClassifier
 
-TRAINER = OmegaConf.create({
-    "epochs": 3, "max_steps": None, "batch_size": 16, "batching": "random", "eval_batch_size": 64, "lr": 0.1,
-    "min_lr_ratio": 0.0, "warmup_epochs": 1.0, "weight_decay": 0.0, "betas": [0.9, 0.999],
-    "grad_clip": 1.0, "num_workers": 0, "timing_warmup_steps": 2, "infer_iters": 3,
-    "dtype": "float32", "compile": False,
-})
+TRAINER = TrainerSettings(
+    epochs=3, max_steps=None, batch_size=16, batching="random", max_tokens=None, eval_batch_size=64,
+    lr=0.1, min_lr_ratio=0.0, warmup_epochs=1.0, weight_decay=0.0, betas=(0.9, 0.999), grad_clip=1.0,
+    ema_decay=None, num_workers=0, dtype="float32", compile=False, timing_warmup_steps=2, infer_iters=3,
+)
 
 
 class ToyTask(ClassificationTask):
@@ -82,7 +81,7 @@ def test_fit_selects_best_validation_checkpoint_and_measures(tmp_path):
 
 
 def test_max_steps_caps_training(tmp_path):
-    cfg = OmegaConf.merge(TRAINER, {"max_steps": 4})
+    cfg = replace(TRAINER, max_steps=4)
     out = fit(ToyTask(), nn.Linear(4, 2), ToyTask().load(0), cfg, torch.device("cpu"), tmp_path,
               seed=0, progress=False)
     assert out["steps"] == 4 and out["epochs_run"] == 1
@@ -94,7 +93,7 @@ def test_ema_checkpoint_is_the_moving_average_of_the_unchanged_trajectory(tmp_pa
     task, splits = ToyTask(), ToyTask().load(0)
     torch.manual_seed(0)
     start = nn.Linear(4, 2).state_dict()
-    cfg = OmegaConf.merge(TRAINER, {"max_steps": 10})  # one epoch: its checkpoint is final
+    cfg = replace(TRAINER, max_steps=10)  # one epoch: its checkpoint is final
 
     def train(ema_decay, run_dir):
         model = nn.Linear(4, 2)
@@ -106,7 +105,7 @@ def test_ema_checkpoint_is_the_moving_average_of_the_unchanged_trajectory(tmp_pa
                 seen.append(module.weight.detach().clone())
 
         model.register_forward_pre_hook(record)
-        out = fit(task, model, splits, OmegaConf.merge(cfg, {"ema_decay": ema_decay}),
+        out = fit(task, model, splits, replace(cfg, ema_decay=ema_decay),
                   torch.device("cpu"), run_dir, seed=0, progress=False)
         return out, seen[-10:], load_state_dict(run_dir / CHECKPOINT)["weight"]
 
@@ -295,8 +294,7 @@ def test_runs_flush_subnormal_floats_to_zero():
 
 
 def _undecayed(model: nn.Module) -> set[str]:
-    optimizer = build_optimizer(model, OmegaConf.create({"weight_decay": 0.05, "lr": 1e-3,
-                                                         "betas": [0.9, 0.999]}))
+    optimizer = build_optimizer(model, replace(TRAINER, weight_decay=0.05, lr=1e-3))
     names = {id(p): n for n, p in model.named_parameters()}
     return {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
 

@@ -13,11 +13,11 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
-from omegaconf import DictConfig
 from timm.optim import param_groups_weight_decay
 from timm.utils import ModelEmaV3
 from torch import nn
@@ -31,6 +31,7 @@ from bench.run.acceleration import autocast, compile_model, model_attention_path
 from bench.run.final import measure_final
 from bench.run.loggers import RunLogger
 from bench.task import Batch, Splits, Task
+from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 
 CHECKPOINT = "best.pt"
 MIN_STEPS = 100  # fewer optimizer steps than this is warned about (the quick suite's digits run 165)
@@ -38,7 +39,33 @@ LOG_EVERY_STEPS = 10  # how often a run logger gets the training loss, learning 
 log = logging.getLogger(__name__)
 
 
-def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
+
+@dataclass
+class TrainerSettings:
+    """The engine's recipe, ``conf/trainer/*.yaml``: the type and range of every key, checked
+    before a run (``bench.setup.schema``), then handed to the engine as this object. Every model
+    of a task trains under the same one."""
+
+    epochs: Annotated[int, AT_LEAST_1]
+    max_steps: Annotated[int, AT_LEAST_1] | None
+    batch_size: Annotated[int, AT_LEAST_1]
+    batching: Literal["random", "bucketed"]  # bench.data.batching.BATCHINGS
+    max_tokens: Annotated[int, AT_LEAST_1] | None
+    eval_batch_size: Annotated[int, AT_LEAST_1]
+    lr: Annotated[float, POSITIVE]
+    min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
+    warmup_epochs: Annotated[float, NON_NEGATIVE]
+    weight_decay: Annotated[float, NON_NEGATIVE]
+    betas: tuple[Annotated[float, FRACTION], Annotated[float, FRACTION]]
+    grad_clip: Annotated[float, NON_NEGATIVE] | None  # 0 or null: no clipping
+    ema_decay: Annotated[float, Range(gt=0, lt=1)] | None
+    num_workers: Annotated[int, NON_NEGATIVE]
+    dtype: str  # float32 | bf16, checked by bench.run.acceleration.check_dtype
+    compile: bool | str  # checked by bench.run.acceleration.check_compile
+    timing_warmup_steps: Annotated[int, NON_NEGATIVE]
+    infer_iters: Annotated[int, AT_LEAST_1]
+
+def build_optimizer(model: nn.Module, cfg: TrainerSettings) -> torch.optim.Optimizer:
     """AdamW with timm's weight-decay groups: biases, norms and whatever the model's
     ``no_weight_decay()`` names (cls tokens, learned position tables) are not decayed."""
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
@@ -46,10 +73,10 @@ def build_optimizer(model: nn.Module, cfg: DictConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
 
 
-def build_ema(model: nn.Module, cfg: DictConfig) -> ModelEmaV3 | None:
+def build_ema(model: nn.Module, cfg: TrainerSettings) -> ModelEmaV3 | None:
     """timm's moving average of the weights when ``cfg.ema_decay`` is set. Its warm-up averages
     over few updates early on, so short runs benefit too."""
-    return ModelEmaV3(model, decay=cfg.ema_decay, use_warmup=True) if cfg.get("ema_decay") else None
+    return ModelEmaV3(model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, min_lr_ratio: float):
@@ -100,24 +127,8 @@ def warn_if_too_few_steps(total_steps: int, epochs: int, steps_per_epoch: int) -
                     total_steps, epochs, steps_per_epoch, MIN_STEPS)
 
 
-def _improved(value: float, best: float | None, higher_is_better: bool) -> bool:
-    if best is None:
-        return True
-    return value > best if higher_is_better else value < best
-
-
-def _log_progress(epoch: int, epochs: int, done: int, total: int, mean_loss: float,
-                  samples_per_s: float | None, seconds: float) -> None:
-    left = seconds / done * (total - done)
-    log.info(
-        "epoch %d/%d: step %d/%d, train_loss %.4f, %s samples/s, epoch ends in %dm%02ds",
-        epoch, epochs, done, total, mean_loss,
-        "-" if samples_per_s is None else f"{samples_per_s:.0f}", left // 60, left % 60,
-    )
-
-
 def fit(
-    task: Task, model: nn.Module, splits: Splits, cfg: DictConfig, device: torch.device,
+    task: Task, model: nn.Module, splits: Splits, cfg: TrainerSettings, device: torch.device,
     run_dir: Path, seed: int, progress: bool = True, log_every_s: float | None = None,
     logger: RunLogger | None = None, test: bool = True,
 ) -> dict[str, Any]:
@@ -129,13 +140,13 @@ def fit(
     output that is not a terminal (a log file, CI, a parallel sweep's worker), where a long
     epoch would otherwise say nothing until it ends."""
     train_loader = task.loader(splits.train, cfg.batch_size, True, seed, cfg.num_workers, cfg.batching,
-                               cfg.get("max_tokens"))
+                               cfg.max_tokens)
     val_loader = task.loader(splits.val, cfg.eval_batch_size, False, seed, batching=cfg.batching)
     precision = functools.partial(autocast, device, cfg.dtype)
     warn_if_emulated(device, cfg.dtype)
     path = {"attention_path": model_attention_path(model, device, cfg.dtype)}
-    trained = train(task, model, train_loader, val_loader, cfg, device, run_dir, precision, progress,
-                    log_every_s, logger)
+    trained = train(task, model, train_loader, val_loader, cfg, device, run_dir, precision,
+                    Progress(task.metric_name, progress, log_every_s, logger))
     if not test:
         return {**trained, **path, "test_metric": None, **measure.peak_memory_mb(device)}
     test_loader = task.loader(splits.test, cfg.eval_batch_size, False, seed, batching=cfg.batching)
@@ -145,121 +156,191 @@ def fit(
     return {**trained, **path, **final}
 
 
-def train(
-    task: Task, model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, cfg: DictConfig,
-    device: torch.device, run_dir: Path, precision: Callable[[], AbstractContextManager],
-    progress: bool = True, log_every_s: float | None = None, logger: RunLogger | None = None,
-) -> dict[str, Any]:
-    """The training loop: AdamW under the warm-up/cosine schedule, validation after each epoch
-    and the best-validation weights (of the moving average, with one) saved as ``CHECKPOINT``.
-    Returns the record's training fields: history, checkpoint choice, throughput, activations."""
-    steps_per_epoch = len(train_loader)
+def _selection(task: Task, epoch: int, ema: ModelEmaV3 | None, ema_decay: float | None) -> str:
+    """The record's words for which weights were kept."""
+    rule = "max" if task.higher_is_better else "min"
+    average = "" if ema is None else f", of the weights' moving average (EMA decay {ema_decay})"
+    return f"best validation {task.metric_name} ({rule}) after each epoch: epoch {epoch}{average}"
+
+
+class Throughput:
+    """Steady-state training samples/s: the steps after the first ``warmup_steps`` count, each
+    timed from fetching its batch to its optimizer step's end (data loading included)."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps, self.samples, self.seconds = warmup_steps, 0, 0.0
+        self.seen = 0  # every training sample so far, timed or not
+
+    def add(self, step: int, samples: int, seconds: float) -> None:
+        self.seen += samples
+        if step > self.warmup_steps:
+            self.samples, self.seconds = self.samples + samples, self.seconds + seconds
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.samples / self.seconds if self.seconds else None
+
+
+class Progress:
+    """Where a run's progress goes: a bar on a terminal, else a log line every ``log_every_s``;
+    the run logger every ``LOG_EVERY_STEPS`` steps and after each validation; one log line per
+    epoch either way."""
+
+    def __init__(self, metric_name: str, bar: bool, log_every_s: float | None,
+                 logger: RunLogger | None) -> None:
+        self.metric_name, self.show_bar, self.log_every_s, self.logger = metric_name, bar, log_every_s, logger
+        self.best: float | None = None
+
+    def start_epoch(self, epoch: int, epochs: int, steps: int) -> None:
+        self.epoch, self.epochs, self.epoch_steps = epoch, epochs, steps
+        self.bar = tqdm(total=steps, desc=f"epoch {epoch}/{epochs}", disable=not self.show_bar,
+                        leave=False, dynamic_ncols=True)
+        self.epoch_start = time.perf_counter()
+        self.next_log = self.epoch_start + self.log_every_s if self.log_every_s is not None else math.inf
+
+    def step(self, step: int, loss: float, lr: float, done: int, mean_loss: float,
+             samples_per_s: float | None) -> None:
+        if self.logger is not None and (step % LOG_EVERY_STEPS == 0 or step == 1):
+            speed = {} if samples_per_s is None else {"samples_per_s": samples_per_s}
+            self.logger.step(step, {"loss": loss, "lr": lr, **speed})
+        if self.show_bar:  # formatting the postfix costs a little on every step
+            self.bar.update()
+            self.bar.set_postfix({"loss": f"{loss:.3f}",
+                                  f"val_{self.metric_name}": "-" if self.best is None else f"{self.best:.4f}",
+                                  "samples_s": "-" if samples_per_s is None else f"{samples_per_s:.0f}"})
+        if time.perf_counter() >= self.next_log:
+            seconds = time.perf_counter() - self.epoch_start
+            left = seconds / done * (self.epoch_steps - done)
+            log.info("epoch %d/%d: step %d/%d, train_loss %.4f, %s samples/s, epoch ends in %dm%02ds",
+                     self.epoch, self.epochs, done, self.epoch_steps, mean_loss,
+                     "-" if samples_per_s is None else f"{samples_per_s:.0f}", left // 60, left % 60)
+            self.next_log = time.perf_counter() + self.log_every_s
+
+    def end_steps(self) -> None:
+        self.bar.close()
+
+    def end_epoch(self, step: int, train_loss: float, val: dict[str, float], best: float | None) -> None:
+        self.best = best
+        if self.logger is not None:
+            self.logger.epoch(step, {self.metric_name: val["metric"], "loss": val["loss"],
+                                     "train_loss": train_loss})
+        log.info("epoch %d/%d: train_loss %.4f  val_%s %.4f  val_loss %.4f", self.epoch, self.epochs,
+                 train_loss, self.metric_name, val["metric"], val["loss"])
+
+
+@dataclass
+class Optimization:
+    """What an optimizer step needs besides its batch: ``step`` trains on one."""
+
+    task: Task
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    ema: ModelEmaV3 | None
+    grad_clip: float | None
+    precision: Callable[[], AbstractContextManager]
+
+    def step(self, batch: Batch, step: int) -> float:
+        return train_step(self.task, self.model, batch, self.optimizer, self.scheduler, self.ema,
+                          self.grad_clip, self.precision, step)
+
+    @property
+    def evaluated(self) -> nn.Module:
+        """What validation, the checkpoint and the test see: the weights' average, with one."""
+        return self.model if self.ema is None else self.ema.module
+
+
+class BestCheckpoint:
+    """The best validation metric so far, its epoch, and its weights saved atomically."""
+
+    def __init__(self, path: Path, higher_is_better: bool) -> None:
+        self.path, self.higher_is_better = path, higher_is_better
+        self.value: float | None = None
+        self.epoch = 0
+
+    def offer(self, value: float, epoch: int, model: nn.Module) -> None:
+        better = self.value is None or (value > self.value if self.higher_is_better else value < self.value)
+        if better:
+            self.value, self.epoch = value, epoch
+            atomic_torch_save(self.path, model.state_dict())
+
+
+def schedule(cfg: TrainerSettings, steps_per_epoch: int) -> tuple[int, int]:
+    """(total optimizer steps, warm-up steps) of the recipe on an epoch of ``steps_per_epoch``."""
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     else:
         warn_if_too_few_steps(total_steps, cfg.epochs, steps_per_epoch)
-    warmup_steps = max(1, min(total_steps // 2, round(cfg.warmup_epochs * steps_per_epoch)))
+    return total_steps, max(1, min(total_steps // 2, round(cfg.warmup_epochs * steps_per_epoch)))
+
+
+def run_epoch(opt: Optimization, loader: DataLoader, device: torch.device, step: int, total_steps: int,
+              throughput: Throughput, progress: Progress) -> tuple[int, float, int]:
+    """One pass over ``loader``, stopping at ``total_steps``: (step reached, loss sum, steps)."""
+    opt.model.train()
+    loss_sum, loss_count = 0.0, 0
+    batches = iter(loader)
+    while step < total_steps:
+        measure.synchronize(device)
+        start = time.perf_counter()
+        try:
+            batch = opt.task.to_device(next(batches), device)
+        except StopIteration:
+            break
+        loss = opt.step(batch, step)
+        step += 1
+        measure.synchronize(device)  # so the step time is real on CUDA
+        throughput.add(step, batch[-1].shape[0], time.perf_counter() - start)
+        loss_sum, loss_count = loss_sum + loss, loss_count + 1
+        progress.step(step, loss, opt.scheduler.get_last_lr()[0], loss_count, loss_sum / loss_count,
+                      throughput.samples_per_s)
+    progress.end_steps()
+    return step, loss_sum, loss_count
+
+
+def train(
+    task: Task, model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, cfg: TrainerSettings,
+    device: torch.device, run_dir: Path, precision: Callable[[], AbstractContextManager],
+    progress: Progress,
+) -> dict[str, Any]:
+    """The training loop: AdamW under the warm-up/cosine schedule, validation after each epoch
+    and the best-validation weights (of the moving average, with one) saved as ``CHECKPOINT``.
+    Returns the record's training fields: history, checkpoint choice, throughput, activations."""
+    total_steps, warmup_steps = schedule(cfg, len(train_loader))
     optimizer = build_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(warmup_steps, total_steps, cfg.min_lr_ratio)
-    )
-
-    ema = build_ema(model, cfg)  # before compiling: the average is a plain copy of the weights
-    evaluated = model if ema is None else ema.module  # what validation, checkpoint and test see
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup_steps, total_steps,
+                                                                           cfg.min_lr_ratio))
+    # the weight average is made before compiling: a plain copy of the weights
+    opt = Optimization(task, model, optimizer, scheduler, build_ema(model, cfg), cfg.grad_clip, precision)
     compile_model(model, cfg.compile)
-
     first = task.to_device(next(iter(train_loader)), device)
     with precision():  # the first compile happens here, before any step is timed
         activation_mb = measure.activation_memory_mb(lambda: task.loss(model, first))
     measure.reset_peak_memory(device)
+    throughput = Throughput(cfg.timing_warmup_steps)
+    best = BestCheckpoint(run_dir / CHECKPOINT, task.higher_is_better)
     history: list[dict[str, float]] = []
-    best_val, best_epoch, step, samples_seen = None, 0, 0, 0
-    timed_samples, timed_seconds = 0, 0.0
-    train_start = time.perf_counter()
-    epochs = math.ceil(total_steps / steps_per_epoch)
+    step, start, epochs = 0, time.perf_counter(), math.ceil(total_steps / len(train_loader))
     for epoch in range(1, epochs + 1):
-        model.train()
-        epoch_steps = min(steps_per_epoch, total_steps - step)
-        bar = tqdm(
-            total=epoch_steps, desc=f"epoch {epoch}/{epochs}",
-            disable=not progress, leave=False, dynamic_ncols=True,
-        )
-        loss_sum, loss_count = 0.0, 0
-        epoch_start = time.perf_counter()
-        next_log = epoch_start + log_every_s if log_every_s is not None else math.inf
-        batch_iter = iter(train_loader)
-        while step < total_steps:
-            measure.synchronize(device)
-            t0 = time.perf_counter()
-            try:
-                batch = next(batch_iter)
-            except StopIteration:
-                break
-            batch = task.to_device(batch, device)
-            loss_value = train_step(task, model, batch, optimizer, scheduler, ema, cfg.grad_clip,
-                                    precision, step)
-            step += 1
-            measure.synchronize(device)  # so the step time is real on CUDA
-            elapsed = time.perf_counter() - t0
-            if step > cfg.timing_warmup_steps:  # steady state only
-                timed_samples += batch[-1].shape[0]
-                timed_seconds += elapsed
-            loss_sum, loss_count = loss_sum + loss_value, loss_count + 1
-            samples_seen += batch[-1].shape[0]
-            if logger is not None and (step % LOG_EVERY_STEPS == 0 or step == 1):
-                speed = {"samples_per_s": timed_samples / timed_seconds} if timed_seconds else {}
-                logger.step(step, {"loss": loss_value, "lr": scheduler.get_last_lr()[0], **speed})
-            if progress:  # formatting the postfix costs a little on every step
-                bar.update()
-                bar.set_postfix(
-                    loss=f"{loss_value:.3f}",
-                    **{f"val_{task.metric_name}": "-" if best_val is None else f"{best_val:.4f}"},
-                    samples_s=f"{timed_samples / timed_seconds:.0f}" if timed_seconds else "-",
-                )
-            if time.perf_counter() >= next_log:
-                _log_progress(epoch, epochs, loss_count, epoch_steps, loss_sum / loss_count,
-                              timed_samples / timed_seconds if timed_seconds else None,
-                              time.perf_counter() - epoch_start)
-                next_log = time.perf_counter() + log_every_s
-        bar.close()
+        progress.start_epoch(epoch, epochs, min(len(train_loader), total_steps - step))
+        step, loss_sum, loss_count = run_epoch(opt, train_loader, device, step, total_steps, throughput,
+                                               progress)
         if loss_count == 0:
             break
         val_start = time.perf_counter()
         with precision():
-            val = task.evaluate(evaluated.eval(), val_loader, device)
+            val = task.evaluate(opt.evaluated.eval(), val_loader, device)
         # wall_s: since training began, validations included (what time to quality counts);
         # val_s: this validation's own share of it (where a run's minutes go)
-        history.append({"epoch": epoch, "step": step, "train_samples": samples_seen,
-                        "wall_s": time.perf_counter() - train_start,
-                        "val_s": time.perf_counter() - val_start, "train_loss": loss_sum / loss_count,
-                        "val_loss": val["loss"], "val_metric": val["metric"],
-                        "lr": scheduler.get_last_lr()[0]})
-        if logger is not None:
-            logger.epoch(step, {task.metric_name: val["metric"], "loss": val["loss"],
-                                "train_loss": loss_sum / loss_count})
-        log.info(
-            "epoch %d/%d: train_loss %.4f  val_%s %.4f  val_loss %.4f",
-            epoch, epochs, loss_sum / loss_count, task.metric_name, val["metric"], val["loss"],
-        )
-        if _improved(val["metric"], best_val, task.higher_is_better):
-            best_val, best_epoch = val["metric"], epoch
-            atomic_torch_save(run_dir / CHECKPOINT, evaluated.state_dict())
-    train_seconds = time.perf_counter() - train_start
-    return {
-        "val_metric": best_val,
-        "best_epoch": best_epoch,
-        "epochs_run": len(history),
-        "steps": step,
-        "checkpoint_selection": (
-            f"best validation {task.metric_name} "
-            f"({'max' if task.higher_is_better else 'min'}) after each epoch: epoch {best_epoch}"
-            + ("" if ema is None else f", of the weights' moving average (EMA decay {cfg.ema_decay})")
-        ),
-        "history": history,
-        "train_seconds": train_seconds,
-        "train_samples_per_s": timed_samples / timed_seconds if timed_seconds else None,
-        "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
-        "train_activation_mb": activation_mb,
-        "train_activation_batch": first[-1].shape[0],
-    }
+        history.append({"epoch": epoch, "step": step, "train_samples": throughput.seen,
+                        "wall_s": time.perf_counter() - start, "val_s": time.perf_counter() - val_start,
+                        "train_loss": loss_sum / loss_count, "val_loss": val["loss"],
+                        "val_metric": val["metric"], "lr": opt.scheduler.get_last_lr()[0]})
+        best.offer(val["metric"], epoch, opt.evaluated)
+        progress.end_epoch(step, loss_sum / loss_count, val, best.value)
+    return {"val_metric": best.value, "best_epoch": best.epoch, "epochs_run": len(history), "steps": step,
+            "checkpoint_selection": _selection(task, best.epoch, opt.ema, cfg.ema_decay), "history": history,
+            "train_seconds": time.perf_counter() - start, "train_samples_per_s": throughput.samples_per_s,
+            "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
+            "train_activation_mb": activation_mb, "train_activation_batch": first[-1].shape[0]}

@@ -25,10 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
 from bench.run.acceleration import check_compile, check_dtype
+from bench.run.engine import TrainerSettings
 from bench.run.environment import resolve_device
 from bench.setup.matching import WIDTH_KEY, count_on_meta, match_parameters
 from bench.setup.schema import check_section, dataclass_hints, required_fields, signature_hints
-from bench.setup.settings import RunSettings, TrainerSettings, TrainSubsetSettings
+from bench.setup.settings import RunSettings, TrainSubsetSettings
 from bench.setup.subsets import check_training_size, train_subset
 from bench.setup.task_models import check_task_models
 from bench.task import Splits, Task
@@ -223,24 +224,28 @@ class Setup:
     model: torch.nn.Module
     built: Built
     device: torch.device
+    trainer: TrainerSettings  # the engine's recipe, typed
+    model_label: str  # the model's name in records and tables (a variant sets itself apart)
     param_match: dict[str, Any] | None = None  # bench.setup.matching: how the width was sized
 
-    def model_label(self, model_cfg: DictConfig) -> str:
-        """The model's name in records and tables (a variant sets itself apart)."""
-        return f"{model_cfg.name}{self.built.label_suffix}"
+
+def trainer_settings(trainer_cfg: DictConfig) -> TrainerSettings:
+    """The recipe as the engine takes it, from a ``trainer`` config ``validate`` has checked."""
+    values = OmegaConf.to_container(trainer_cfg, resolve=True)
+    return TrainerSettings(**{**values, "betas": tuple(values["betas"])})
 
 
-def build(cfg: DictConfig) -> Setup:
+def build(cfg: DictConfig, task: Task | None = None) -> Setup:
     """Build the task of a ``cfg`` already passed through ``validate`` (``mhab run`` and
-    ``mhab speed`` validate first, before their own work), load (or build and cache) the data,
-    seed, and build the model on the run's device. Every mistake here is a ``BenchError``
-    before any result is written."""
+    ``mhab speed`` validate first, before their own work), or take the one ``build_task`` made,
+    load (or build and cache) the data, seed, and build the model on the run's device. Every
+    mistake here is a ``BenchError`` before any result is written."""
     device = resolve_device(cfg.device)
     # Subnormal floats run 10-100x slower on x86 CPUs. Gradients through hundreds of RNN steps
     # decay into them: a GRU seq2seq step on 256-subword emails took 20 s with them, 3 s
     # without. Flushing them to zero changes nothing else (they are below 1.2e-38).
     torch.set_flush_denormal(True)
-    task = build_task(cfg)
+    task = task or build_task(cfg)
     seed_everything(cfg.seed)
     splits = task.load(cfg.seed)
     splits.check_not_empty()
@@ -250,7 +255,8 @@ def build(cfg: DictConfig) -> Setup:
     inputs = task.input_kind(splits)
     model_cfg, param_match = matched_model(cfg, inputs)
     built = build_model(model_cfg, inputs, device)
-    return Setup(task, splits, built.module.to(device), built, device, param_match)
+    return Setup(task, splits, built.module.to(device), built, device, trainer_settings(cfg.trainer),
+                 f"{cfg.model.name}{built.label_suffix}", param_match)
 
 
 def matched_model(cfg: DictConfig, inputs: InputKind) -> tuple[DictConfig, dict[str, Any] | None]:

@@ -1,14 +1,14 @@
-"""The settings a run reads outside its task and model, as typed classes: the top level of
-``conf/config.yaml`` and the engine's recipe (``conf/trainer/``). ``bench.setup.schema``
-checks a composed config against them before anything runs; a task's and a model's settings
-are their builders' signatures."""
+"""The settings a run reads outside its task, model and trainer, as typed classes: the top
+level of ``conf/config.yaml`` (the engine's recipe is ``bench.run.engine.TrainerSettings``).
+``bench.setup.schema`` checks a composed config against them before anything runs; a task's
+and a model's settings are their builders' signatures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
+from models.settings import NON_NEGATIVE, Range
 
 
 @dataclass
@@ -54,28 +54,3 @@ class TrainSubsetSettings:
 
     train_fraction: Annotated[float, Range(gt=0, le=1)] = 1.0  # the share of the training split used
     train_subset_seed: Annotated[int, NON_NEGATIVE] = 0  # the seeded order the nested subsets are cut from
-
-
-@dataclass
-class TrainerSettings:
-    """The engine's recipe, ``conf/trainer/*.yaml``: the type and range of every key, checked
-    before a run (``bench.setup.schema``). Every model of a task trains under the same one."""
-
-    epochs: Annotated[int, AT_LEAST_1]
-    max_steps: Annotated[int, AT_LEAST_1] | None
-    batch_size: Annotated[int, AT_LEAST_1]
-    batching: Literal["random", "bucketed"]  # bench.data.batching.BATCHINGS
-    max_tokens: Annotated[int, AT_LEAST_1] | None
-    eval_batch_size: Annotated[int, AT_LEAST_1]
-    lr: Annotated[float, POSITIVE]
-    min_lr_ratio: Annotated[float, Range(ge=0, le=1)]
-    warmup_epochs: Annotated[float, NON_NEGATIVE]
-    weight_decay: Annotated[float, NON_NEGATIVE]
-    betas: tuple[Annotated[float, FRACTION], Annotated[float, FRACTION]]
-    grad_clip: Annotated[float, NON_NEGATIVE] | None  # 0 or null: no clipping
-    ema_decay: Annotated[float, Range(gt=0, lt=1)] | None
-    num_workers: Annotated[int, NON_NEGATIVE]
-    dtype: str  # float32 | bf16, checked by bench.run.acceleration.check_dtype
-    compile: bool | str  # checked by bench.run.acceleration.check_compile
-    timing_warmup_steps: Annotated[int, NON_NEGATIVE]
-    infer_iters: Annotated[int, AT_LEAST_1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import statistics
@@ -24,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -40,7 +41,7 @@ from bench.run.acceleration import (
     model_attention_path,
     warn_if_emulated,
 )
-from bench.run.engine import build_ema, build_optimizer, fit, train_step
+from bench.run.engine import TrainerSettings, build_ema, build_optimizer, fit, train_step
 from bench.run.environment import cpu_bf16_flags, cpu_model, resolve_device
 from bench.setup.build import Setup, build, check_progress
 from bench.setup.build import validate as validate_run
@@ -283,34 +284,34 @@ def _run_config(cfg: DictConfig, task: str, model: str) -> DictConfig:
     return run_cfg
 
 
-def _bare_loop(task, model: nn.Module, batches: list, run_cfg: DictConfig, device: torch.device,
+def _bare_loop(task, model: nn.Module, batches: list, trainer: TrainerSettings, device: torch.device,
                warmup: int) -> float:
     """Samples/s of the plainest loop that does the recipe's work (augmentation, loss, backward,
     clipping, the recipe's AdamW step and weight average) over batches already in memory,
     counted as the engine counts: timed samples / timed seconds. What the engine adds on top
     (its data loader, schedule, checks, bookkeeping and progress bar) is its overhead."""
-    optimizer = build_optimizer(model, run_cfg.trainer)
-    ema = build_ema(model, run_cfg.trainer)
-    precision = functools.partial(autocast, device, run_cfg.trainer.dtype)
+    optimizer = build_optimizer(model, trainer)
+    ema = build_ema(model, trainer)
+    precision = functools.partial(autocast, device, trainer.dtype)
     model.train()
     samples, seconds = 0, 0.0
     for i, batch in enumerate(batches):
         measure.synchronize(device)
         start = time.perf_counter()
-        train_step(task, model, batch, optimizer, None, ema, run_cfg.trainer.grad_clip, precision, i)
+        train_step(task, model, batch, optimizer, None, ema, trainer.grad_clip, precision, i)
         if i >= warmup:
             samples += batch[-1].shape[0]
             seconds += time.perf_counter() - start
     return samples / seconds
 
 
-def _engine_samples_per_s(task, model: nn.Module, splits, run_cfg: DictConfig, device: torch.device,
-                          steps: int, warmup: int) -> float:
+def _engine_samples_per_s(task, model: nn.Module, splits, trainer: TrainerSettings, seed: int,
+                          device: torch.device, steps: int, warmup: int) -> float:
     """The engine's own steady-state samples/s on the same model and data. Its validation and
     test passes run too, outside the timed steps."""
-    trainer = OmegaConf.merge(run_cfg.trainer, {"max_steps": steps, "timing_warmup_steps": warmup})
+    trainer = dataclasses.replace(trainer, max_steps=steps, timing_warmup_steps=warmup)
     with tempfile.TemporaryDirectory() as run_dir:
-        out = fit(task, model, splits, trainer, device, Path(run_dir), run_cfg.seed, progress=False)
+        out = fit(task, model, splits, trainer, device, Path(run_dir), seed, progress=False)
     return out["train_samples_per_s"]
 
 
@@ -330,28 +331,26 @@ def _in_memory_batches(task, loader, count: int, device: torch.device) -> list:
     return batches
 
 
-def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
-                       device: torch.device) -> list[dict]:
+def measure_task_model(setup: Setup, dtype: str, cfg: DictConfig, device: torch.device) -> list[dict]:
     """Train and inference rows for one task model. The bare loop and the engine each run
     ``tasks.repeats`` times, alternating, from the same initial weights, which the model holds
     again when this returns. The median of each gives the throughput columns (the bare loop's
     with its 95% CI); the overhead is the median over the pairs (``paired_overhead``)."""
     task, splits, model = setup.task, setup.splits, setup.model
     initial = copy.deepcopy(model.state_dict())
-    compile_model(model, run_cfg.trainer.compile)  # the engine's own compile reuses these graphs
-    t, dtype = run_cfg.trainer, run_cfg.trainer.dtype
-    loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers, t.batching,
-                         t.get("max_tokens"))
+    t = dataclasses.replace(setup.trainer, dtype=dtype)
+    compile_model(model, t.compile)  # the engine's own compile reuses these graphs
+    loader = task.loader(splits.train, t.batch_size, True, cfg.seed, t.num_workers, t.batching, t.max_tokens)
     batches = _in_memory_batches(task, loader, cfg.warmup + cfg.tasks.timed_steps, device)
     batch_size = batches[0][-1].shape[0]
     # Time enough steps for tasks.min_seconds, so fast models are not timed over a few ms.
-    calibration = _bare_loop(task, model, batches, run_cfg, device, cfg.warmup)
+    calibration = _bare_loop(task, model, batches, t, device, cfg.warmup)
     timed = max(cfg.tasks.timed_steps, math.ceil(cfg.tasks.min_seconds * calibration / batch_size))
     steps = cfg.warmup + timed
     batches = _in_memory_batches(task, loader, steps, device)
     example = task.model_inputs(batches[0])
     forward_flops = measure.flops_per_sample(model, example) * batch_size
-    base = {"section": "task", "model": f"{task.name}/{task.dataset}:{setup.model_label(run_cfg.model)}",
+    base = {"section": "task", "model": f"{task.name}/{task.dataset}:{setup.model_label}",
             "batch_size": batch_size, "params": measure.count_parameters(model), "status": "ok",
             "sdpa_backend": "auto",  # task models run under torch's own choice of kernel
             "dtype": dtype, "attention_path": model_attention_path(model, device, dtype)}
@@ -359,9 +358,9 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
     bare, engine = [], []
     for _ in range(cfg.tasks.repeats):
         model.load_state_dict(initial)
-        bare.append(_bare_loop(task, model, batches, run_cfg, device, cfg.warmup))
+        bare.append(_bare_loop(task, model, batches, t, device, cfg.warmup))
         model.load_state_dict(initial)
-        engine.append(_engine_samples_per_s(task, model, splits, run_cfg, device, steps, cfg.warmup))
+        engine.append(_engine_samples_per_s(task, model, splits, t, cfg.seed, device, steps, cfg.warmup))
     # The median pass with its 95% CI, not the best: a run record's samples/s is a mean over a
     # whole run, and on a shared or virtual machine passes spread widely (docs/speed.md).
     bare_median, bare_low, bare_high = median_ci(bare)
@@ -390,12 +389,11 @@ def measure_task_model(setup: Setup, run_cfg: DictConfig, cfg: DictConfig,
     return [train, infer]
 
 
-def task_rows(cfg: DictConfig, models: list[tuple[DictConfig, Setup]], device: torch.device,
+def task_rows(cfg: DictConfig, models: list[Setup], device: torch.device,
               progress: bool, dtype: str) -> Iterator[dict]:
     """Each task model in ``dtype``, from the weights it was built with."""
-    for run_cfg, setup in tqdm(models, desc=f"task models {dtype}", disable=not progress):
-        yield from measure_task_model(setup, OmegaConf.merge(run_cfg, {"trainer": {"dtype": dtype}}), cfg,
-                                      device)
+    for setup in tqdm(models, desc=f"task models {dtype}", disable=not progress):
+        yield from measure_task_model(setup, dtype, cfg, device)
 
 
 # ---------------------------------------------------------------- the whole benchmark
@@ -479,7 +477,7 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     # impossible recipe or model stops here, with run's one-line error, before minutes of timing.
     run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
                 if cfg.tasks.enabled else [])
-    models = [(run_cfg, build(run_cfg)) for run_cfg in run_cfgs]
+    models = [build(run_cfg) for run_cfg in run_cfgs]
     for dtype in cfg.dtypes:
         warn_if_emulated(device, dtype)
     torch.manual_seed(cfg.seed)
