@@ -19,9 +19,9 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from bench.errors import BenchError
-from bench.records.record import config_hash, find_ok_record
+from bench.records.record import find_ok_record
 from bench.records.table import read_records
-from bench.setup.compose import compose_config, sweep_jobs
+from bench.setup.compose import compose_config, experiment_hash, sweep_jobs
 
 GROUP = ["task", "dataset", "model"]
 
@@ -54,18 +54,18 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
     recorded = recorded_wall_times(read_all(results_dirs))
     rows = []
     for cfg in configs:
-        by_seed = recorded.get(config_hash(cfg), {})
+        by_seed = recorded.get(experiment_hash(cfg), {})
         own = by_seed.get(int(cfg.seed), [])
         basis = own or [run for runs in by_seed.values() for run in runs]
         source = "this seed" if own else "other seeds" if basis else "no record"
         if not basis and cfg.task.get("train_fraction", 1.0) < 1.0:
             # a training subset keeps the budget in samples seen (bench.setup.subsets): it
             # trains as long as the whole split does
-            by_seed = recorded.get(config_hash(full_data(cfg)), {})
+            by_seed = recorded.get(experiment_hash(full_data(cfg)), {})
             basis = [run for runs in by_seed.values() for run in runs]
             source = "the whole training split" if basis else source
         done = Path(cfg.results_dir).is_dir() and find_ok_record(
-            cfg.results_dir, config_hash(cfg), int(cfg.seed)) is not None
+            cfg.results_dir, experiment_hash(cfg), int(cfg.seed)) is not None
         rows.append({
             "task": cfg.task.name, "dataset": cfg.task.dataset, "model": cfg.model.name,
             "seed": int(cfg.seed), "done": done, "records": sum(len(runs) for runs in by_seed.values()),
@@ -100,7 +100,7 @@ def tune_jobs(plan, results_dirs: list[str | Path]) -> pd.DataFrame:
     settings = plan.settings
     for family in plan.families:
         default = compose_config("config", family.overrides, "estimate")
-        defaults = [run for runs in recorded.get(config_hash(default), {}).values() for run in runs]
+        defaults = [run for runs in recorded.get(experiment_hash(default), {}).values() for run in runs]
         for role, count in (("trial", settings.trials), ("final", settings.seeds if settings.finals else 0)):
             own = studies.get((family.study, role), [])
             basis = own or [run["wall_time_s"] for run in defaults]

@@ -18,6 +18,7 @@ from bench.run.environment import environment, machine_load
 from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
 from bench.setup.build import build, build_task, validate
+from bench.setup.compose import resolved_config
 from bench.setup.fingerprint import changed, source_fingerprint
 from bench.task import Task
 
@@ -57,7 +58,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     after training started writes a record with ``status: failed`` and raises ``RunFailed``.
     """
     validate(cfg)
-    resolved = record.resolved_config(cfg)
+    resolved = resolved_config(cfg)
     config_hash = record.config_hash(resolved)
     task = build_task(cfg)  # built once: its data fingerprint now, its data and model in _run
     data = task.data_fingerprint()  # the experiment is its config and its data

@@ -20,7 +20,7 @@ import torch
 from bench.cli import main
 from bench.data.files import SOURCES
 from bench.setup.build import check_model_keys
-from bench.setup.compose import CONF_DIR, compose_config
+from bench.setup.compose import CONF_DIR, compose_config, resolved_config
 from tests.conftest import ROOT, run_cli
 
 DIGITS = ["run", "task=image", "task.dataset=digits", "trainer.max_steps=2", "trainer.infer_iters=1"]
@@ -178,7 +178,7 @@ def malformed_record_of_this_run(tmp: Path) -> list[str]:
     from bench.setup.compose import CONF_DIR
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        digest = config_hash(compose("config", overrides=DIGITS[1:]))
+        digest = config_hash(resolved_config(compose("config", overrides=DIGITS[1:])))
     run = tmp / "r" / "runs" / f"20261202-000000-image-digits-attention-s0-{digest[:8]}-abcdef"
     run.mkdir(parents=True)
     (run / "record.json").write_text("{")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bench.records.record import LATER, config_hash, resolved_config, with_later_keys
-from bench.setup.compose import compose_config, sweep_jobs
+from bench.records.record import LATER, config_hash, with_later_keys
+from bench.setup.compose import compose_config, experiment_hash, resolved_config, sweep_jobs
 from tests.conftest import ROOT
 
 PINS = ROOT / "tests" / "config_hashes.json"
@@ -35,7 +35,7 @@ def _points() -> list[list[str]]:
 
 
 def current_hashes() -> dict[str, str]:
-    return {" ".join(point): config_hash(compose_config("config", point, "run")) for point in _points()}
+    return {" ".join(point): experiment_hash(compose_config("config", point, "run")) for point in _points()}
 
 
 @pytest.mark.slow

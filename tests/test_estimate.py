@@ -7,8 +7,7 @@ import math
 import pytest
 
 from bench.estimate import by_task_and_model, estimate_jobs, parallel_wall_time, summary, sweep_configs
-from bench.records.record import config_hash, resolved_config
-from bench.setup.compose import compose_config, sweep_jobs
+from bench.setup.compose import compose_config, experiment_hash, resolved_config, sweep_jobs
 from tests.conftest import run_cli, write_record
 
 
@@ -25,14 +24,15 @@ def test_a_suite_run_hashes_as_the_same_experiment_run_alone():
     alone = compose_config("config", ["task=image", "model=gru"], "run")
     in_suite = compose_config("config", ["suite=standard", "task=image", "model=gru"], "run")
     assert "suite" in alone and "suite" not in in_suite  # a suite is a @package _global_ override
-    assert config_hash(alone) == config_hash(in_suite)
-    assert config_hash(alone) != config_hash(compose_config("config", ["task=image", "model=lstm"], "run"))
+    assert experiment_hash(alone) == experiment_hash(in_suite)
+    lstm = compose_config("config", ["task=image", "model=lstm"], "run")
+    assert experiment_hash(alone) != experiment_hash(lstm)
 
 
 def test_the_standard_suite_trains_translation_under_the_fast_recipe():
     fast = compose_config("config", ["task=translation", "trainer=translation_fast", "model=gru"], "run")
     suite = compose_config("config", ["suite=standard", "task=translation", "model=gru"], "run")
-    assert config_hash(suite) == config_hash(fast)
+    assert experiment_hash(suite) == experiment_hash(fast)
 
 
 def _record(root, job: list[str], seed: int, wall_time_s: float, threads: int = 1, suffix: str = "",
@@ -40,7 +40,7 @@ def _record(root, job: list[str], seed: int, wall_time_s: float, threads: int = 
     cfg = compose_config("config", [*job, f"seed={seed}"], "run")
     write_record(root, f"{'-'.join(o.split('=')[1] for o in job)}-s{seed}{suffix}", seed=seed,
                  task=cfg.task.name, dataset=cfg.task.dataset, model=cfg.model.name,
-                 config=resolved_config(cfg), config_hash=config_hash(cfg), wall_time_s=wall_time_s,
+                 config=resolved_config(cfg), config_hash=experiment_hash(cfg), wall_time_s=wall_time_s,
                  environment={"device": "cpu", "torch_threads": threads}, **fields)
 
 

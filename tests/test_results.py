@@ -118,9 +118,9 @@ def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path
     the hash today's config of the same experiment has, so `mhab run` resumes from it and
     tables count it with new runs; another builder is another experiment. A damaged record of
     another run of the seed does not stop the resume."""
-    from bench.records.record import config_hash, resolved_config
+    from bench.records.record import config_hash
     from bench.records.table import setting_labels
-    from bench.setup.compose import compose_config
+    from bench.setup.compose import compose_config, resolved_config
     from tests.conftest import run_cli, write_record
 
     overrides = ["suite=quick", "task=image", "model=attention"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.records.record import config_hash, resolved_config
-from bench.setup.compose import CONF_DIR, sweep_points
+from bench.records.record import config_hash
+from bench.setup.compose import CONF_DIR, resolved_config, sweep_points
 from tests.conftest import ROOT, read_records, run_cli
 
 SUITES = sorted(p.stem for p in (Path(CONF_DIR) / "suite").glob("*.yaml") if p.stem != "none")

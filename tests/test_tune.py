@@ -251,16 +251,16 @@ def test_a_one_trial_study_is_a_point_not_a_budget_range():
 def test_a_final_another_worker_is_running_is_awaited_not_a_crash(tmp_path):
     import threading
 
-    from bench.records.record import config_hash, resolved_config
+    from bench.records.record import config_hash
     from bench.run.lock import file_lock, lock_path
-    from bench.setup.compose import compose_config
+    from bench.setup.compose import compose_config, resolved_config
     from bench.tune.study import final_run
     from tests.conftest import write_record
 
     overrides = [*TINY, "model=gru", f"results_dir={tmp_path}", "seed=1",
                  "tuning={study:'s',trial:0,role:final}"]
     cfg = compose_config("config", overrides, "tune")
-    digest = config_hash(cfg)
+    digest = config_hash(resolved_config(cfg))
     got = {}
     with file_lock(lock_path(tmp_path, digest, 1)) as held:  # the other worker's final, running
         assert held is None

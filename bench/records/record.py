@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from omegaconf import DictConfig, OmegaConf
-
 from bench.errors import BenchError, working_on
 from bench.records.atomic import atomic_write_json
 
@@ -71,10 +69,6 @@ LATER: tuple[Later, ...] = (
 )
 
 
-def resolved_config(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
 def _get(config: dict[str, Any], dotted: str) -> Any:
     section, _, key = dotted.rpartition(".")
     holder = config.get(section) if section else config
@@ -104,11 +98,10 @@ def with_later_keys(config: dict[str, Any], present: bool) -> dict[str, Any]:
     return config
 
 
-def config_hash(cfg: DictConfig | dict) -> str:
-    """Short sha256 of the resolved config without the keys in ``UNHASHED_KEYS``, nor those
-    of ``LATER`` at their ``absent`` values."""
-    data = cfg if isinstance(cfg, dict) else resolved_config(cfg)
-    data = {k: v for k, v in data.items() if k not in UNHASHED_KEYS and k != "hydra"}
+def config_hash(config: dict[str, Any]) -> str:
+    """Short sha256 of a resolved config (plain data: ``bench.setup.compose.resolved_config``)
+    without the keys in ``UNHASHED_KEYS``, nor those of ``LATER`` at their ``absent`` values."""
+    data = {k: v for k, v in config.items() if k not in UNHASHED_KEYS and k != "hydra"}
     data = _without_unread_model_settings(data)
     # A suite is a `# @package _global_` override, so its runs have no `suite` key where a run
     # alone has `suite: {}`: hashed alike, a suite's run resumes and groups with the same

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -13,6 +14,7 @@ from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import BenchError
+from bench.records.record import config_hash
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -160,3 +162,14 @@ def mirror_model_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         if group == "model" and key and "." not in key and key not in IDENTITY_KEYS and key in reference:
             reference[key] = model[key]
     return cfg
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """A composed config as plain data, interpolations resolved: what a record holds and hashes
+    (``bench.records.record.config_hash``)."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def experiment_hash(cfg: DictConfig) -> str:
+    """The config hash that names a composed config's experiment."""
+    return config_hash(resolved_config(cfg))

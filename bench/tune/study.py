@@ -28,7 +28,7 @@ from bench.records import record
 from bench.records.table import ATTENTION_FAMILY, PARAMS_TOLERANCE
 from bench.run.lock import file_lock, lock_path
 from bench.setup.build import build_task
-from bench.setup.compose import compose_config
+from bench.setup.compose import compose_config, experiment_hash
 from bench.tune.plan import Family, Plan, trial_overrides
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def run_trial(plan: Plan, family: Family, study: optuna.Study, trial: Trial) -> 
     try:
         params = sample(plan, family, study, trial)
         cfg = compose_config("config", trial_overrides(family, params, trial.number, "trial"), "tune")
-        trial.set_user_attr("config_hash", record.config_hash(cfg))
+        trial.set_user_attr("config_hash", experiment_hash(cfg))
         trial.set_user_attr("seed", int(cfg.seed))
         trial.set_user_attr("data", build_task(cfg).data_fingerprint())  # what finds its record again
         rec = run_experiment(cfg)
@@ -225,7 +225,7 @@ def final_run(overrides: list[str]) -> dict[str, Any]:
     if "locked_by" in rec:
         log.info("tune: final %s seed %s is being run by %s; waiting for its record",
                  cfg.model.name, cfg.seed, rec["locked_by"])
-        with run_lock_waiting(cfg.results_dir, record.config_hash(cfg), cfg.seed):
+        with run_lock_waiting(cfg.results_dir, experiment_hash(cfg), cfg.seed):
             pass
         rec = run_experiment(cfg)  # its record now (or this worker runs it, if that one failed)
     return rec
