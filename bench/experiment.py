@@ -17,10 +17,8 @@ from bench.run import engine, measure
 from bench.run.environment import environment, machine_load
 from bench.run.lock import run_lock
 from bench.run.loggers import build_logger
-from bench.setup.build import build, build_task, validate
-from bench.setup.compose import resolved_config
-from bench.setup.fingerprint import changed, source_fingerprint
-from bench.task import Task
+from bench.setup.fingerprint import changed
+from bench.setup.spec import RunSpec, build, prepare
 
 log = logging.getLogger(__name__)
 # With progress=auto and stderr not a terminal, a progress line this often (seconds) instead of a bar.
@@ -33,18 +31,17 @@ def show_progress(setting: bool | str) -> bool:
     return bool(setting)
 
 
-def _record_failure(cfg: DictConfig, resolved: dict, config_hash: str, error: Exception,
-                    started: float) -> None:
-    """A run that failed while its task, data or model was being built: recorded ``failed``
-    with its traceback (what there is to say of it), then ``RunFailed``."""
+def _record_failure(spec: RunSpec, error: Exception, started: float) -> None:
+    """A run that failed while its data or model was being built: recorded ``failed`` with
+    its traceback (what there is to say of it), then ``RunFailed``."""
     reason = f"{type(error).__name__}: {error}"
-    name = cfg.model.get("name")
-    stem = record.run_stem(cfg.task.name, cfg.task.get("dataset"), name, cfg.seed, config_hash)
-    run_dir = record.new_run_dir(cfg.results_dir, stem)
+    seed = spec.settings.seed
+    stem = record.run_stem(spec.task.name, spec.task.dataset, spec.model_name, seed, spec.config_hash)
+    run_dir = record.new_run_dir(spec.settings.results_dir, stem)
     identity = record.RunRecord(
-        task=cfg.task.name, dataset=cfg.task.get("dataset"), model=name,
-        model_family=cfg.model.get("family") or name, variant=cfg.get("variant") or "default",
-        seed=cfg.seed, config_hash=config_hash, config=resolved, run_id=run_dir.name, run_dir=str(run_dir))
+        task=spec.task.name, dataset=spec.task.dataset, model=spec.model_name,
+        model_family=spec.model_family, variant=spec.variant, seed=seed, config_hash=spec.config_hash,
+        config=spec.config, run_id=run_dir.name, run_dir=str(run_dir))
     record.write_record(run_dir, record.make_record(
         identity, "failed", started, error=f"while building the run: {reason}",
         traceback=traceback.format_exc()))
@@ -57,95 +54,91 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
     Config and data mistakes raise ``BenchError`` before a run directory exists. A failure
     after training started writes a record with ``status: failed`` and raises ``RunFailed``.
     """
-    validate(cfg)
-    resolved = resolved_config(cfg)
-    config_hash = record.config_hash(resolved)
-    task = build_task(cfg)  # built once: its data fingerprint now, its data and model in _run
-    data = task.data_fingerprint()  # the experiment is its config and its data
-    code = source_fingerprint(cfg)  # and the code that answers it
-    if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:
+    spec = prepare(cfg)  # the config's last reader: below, typed settings and plain data
+    data = spec.task.data_fingerprint()  # the experiment is its config, its data and its code
+    if (done := _recorded_ok(spec, data)) is not None:
         return done
-    with run_lock(cfg.results_dir, config_hash, cfg.seed) as other:
+    run = spec.settings
+    with run_lock(run.results_dir, spec.config_hash, run.seed) as other:
         if other is not None:  # another sweep runs this very job now: never run it twice
             log.warning("skipping: %s seed %s (config %s) is being run by %s; its record will be "
-                        "in %s", cfg.model.get("name"), cfg.seed, config_hash, other, cfg.results_dir)
+                        "in %s", spec.model_name, run.seed, spec.config_hash, other, run.results_dir)
             return {"skipped": True, "locked_by": other}
-        if (done := _recorded_ok(cfg, config_hash, data, code)) is not None:  # finished while we looked
+        if (done := _recorded_ok(spec, data)) is not None:  # finished while we looked
             return done
-        return _run(cfg, task, resolved, config_hash, data, code)
+        return _run(spec, data)
 
 
-def _recorded_ok(cfg: DictConfig, config_hash: str, data: str | None,
-                 code: dict[str, Any]) -> dict[str, Any] | None:
+def _recorded_ok(spec: RunSpec, data: str | None) -> dict[str, Any] | None:
     """This experiment and seed's earlier ok record on the same data and code, marked skipped
     (unless force=true). A record made with other model or task code is reused, rerun or
     refused as ``on_code_change`` says (refused by default: nothing is reused silently)."""
-    if cfg.get("force", False):
+    run = spec.settings
+    if run.force:
         return None
-    done = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data,
-                                 accept=lambda rec: not changed(rec.get("code"), code))
-    policy = cfg.get("on_code_change", "refuse")
+    done = record.find_ok_record(run.results_dir, spec.config_hash, run.seed, data,
+                                 accept=lambda rec: not changed(rec.get("code"), spec.code))
     if done is None:
-        older = record.find_ok_record(cfg.results_dir, config_hash, cfg.seed, data)
-        if older is None or policy == "rerun":
+        older = record.find_ok_record(run.results_dir, spec.config_hash, run.seed, data)
+        if older is None or run.on_code_change == "rerun":
             return None
-        if policy == "refuse":
+        if run.on_code_change == "refuse":
             raise BenchError(
-                f"{cfg.model.get('name')} seed {cfg.seed} has an ok record in {older['run_dir']} made with "
-                f"other code ({', '.join(changed(older.get('code'), code))} changed since); rerun it with "
-                f"on_code_change=rerun, or keep that record with on_code_change=reuse")
+                f"{spec.model_name} seed {run.seed} has an ok record in {older['run_dir']} made with "
+                f"other code ({', '.join(changed(older.get('code'), spec.code))} changed since); rerun it "
+                f"with on_code_change=rerun, or keep that record with on_code_change=reuse")
         done = older
     log.info("skipping: already recorded ok in %s (force=true reruns it)", done["run_dir"])
     return {**done, "skipped": True}
 
 
-def _run(cfg: DictConfig, task: Task, resolved: dict, config_hash: str, data: str | None,
-         code: dict[str, Any]) -> dict[str, Any]:
+def _run(spec: RunSpec, data: str | None) -> dict[str, Any]:
     try:
-        setup = build(cfg, task)
+        setup = build(spec)
     except BenchError:
         raise
     except Exception as e:  # a bug, not a user mistake: recorded as a failed run like any other
-        _record_failure(cfg, resolved, config_hash, e, started=time.time())
-    splits, model, device, trainer = setup.splits, setup.model, setup.device, setup.trainer
+        _record_failure(spec, e, started=time.time())
+    task, splits, model, device, trainer, run = (setup.task, setup.splits, setup.model, setup.device,
+                                                  setup.trainer, spec.settings)
     base = record.RunRecord(
         task=task.name,
         dataset=task.dataset,
         model=setup.model_label,
-        model_family=cfg.model.get("family") or cfg.model.name,
-        variant=cfg.get("variant") or "default",
-        seed=cfg.seed,
-        config_hash=config_hash,
+        model_family=spec.model_family,
+        variant=spec.variant,
+        seed=run.seed,
+        config_hash=spec.config_hash,
         data_fingerprint=data,
-        code=code,
+        code=spec.code,
         metric_name=task.metric_name,
         higher_is_better=task.higher_is_better,
         params=measure.count_parameters(model),
         model_notes=setup.built.notes,
         param_match=setup.param_match,
         data={**splits.info, "batching": task.batching_info(
-            splits.train, trainer.batching, trainer.batch_size, cfg.seed, trainer.max_tokens)},
-        config=resolved,
+            splits.train, trainer.batching, trainer.batch_size, run.seed, trainer.max_tokens)},
+        config=spec.config,
         environment=environment(device),
     )
-    if cfg.get("tuning") is not None:
-        base["tuning"] = resolved["tuning"]
-    stem = record.run_stem(task.name, task.dataset, base["model"], cfg.seed, config_hash)
-    run_dir = record.new_run_dir(cfg.results_dir, stem)
+    if run.tuning is not None:
+        base["tuning"] = spec.config["tuning"]
+    stem = record.run_stem(task.name, task.dataset, base["model"], run.seed, spec.config_hash)
+    run_dir = record.new_run_dir(run.results_dir, stem)
     base["run_id"] = run_dir.name
     base["run_dir"] = str(run_dir)
     log.info("run %s: %s params", run_dir.name, f"{base['params']:,}")
 
     # the logger is a side channel: its set-up (a server's answer, say) stays out of the run's time
-    run_logger = build_logger(cfg.logger, run_dir, Path(cfg.results_dir), base)
+    run_logger = build_logger(run.logger, run_dir, Path(run.results_dir), base)
     started = time.time()
     base["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
     try:
-        bar = show_progress(cfg.progress)
+        bar = show_progress(run.progress)
         results = engine.fit(
-            task, model, splits, trainer, device, run_dir, cfg.seed, bar,
-            log_every_s=PROGRESS_LOG_S if cfg.progress == "auto" and not bar else None,
-            logger=run_logger, test=record.tuning_role(cfg) != "trial",
+            task, model, splits, trainer, device, run_dir, run.seed, bar,
+            log_every_s=PROGRESS_LOG_S if run.progress == "auto" and not bar else None,
+            logger=run_logger, test=spec.tuning_role != "trial",
         )
     except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM: say so in this run's record (a rerun retries it) and stop the sweep.

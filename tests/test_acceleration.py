@@ -103,8 +103,8 @@ def test_speed_task_models_train_with_the_speed_options(tmp_path, monkeypatch):
     """`mhab speed dtypes=... compile=...` must time the bare loop and the engine alike: both
     read the run config's trainer, which takes the speed command's compile and, measurement by
     measurement, each of its dtypes."""
-    from bench.setup.build import build
     from bench.setup.compose import compose_config
+    from bench.setup.spec import build, prepare
     from bench.speed import benchmark
 
     cfg = compose_config("speed", ["compile=aot_eager", f"cache_dir={tmp_path}"], "speed")
@@ -116,8 +116,8 @@ def test_speed_task_models_train_with_the_speed_options(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(benchmark, "measure_task_model",
                         lambda setup, dtype, cfg, device: seen.append(dtype) or [])
-    assert build(run_cfg).trainer.compile == "aot_eager"  # the typed recipe the engine gets
-    models = [build(default)]
+    assert prepare(run_cfg).trainer.compile == "aot_eager"  # the typed recipe the engine gets
+    models = [build(prepare(default))]
     for dtype in ("float32", "bf16"):
         list(benchmark.task_rows(cfg, models, CPU, False, dtype))
     assert seen == ["float32", "bf16"]

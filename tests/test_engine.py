@@ -280,13 +280,13 @@ def test_a_run_without_a_terminal_logs_progress_unless_told_not_to(progress, log
 
 
 def test_runs_flush_subnormal_floats_to_zero():
-    from bench.setup.build import build
     from bench.setup.compose import compose_config
+    from bench.setup.spec import build, prepare
 
     torch.set_flush_denormal(False)
     assert torch.tensor([1e-39]).item() != 0  # a subnormal, kept
-    build(compose_config("config", ["task=image", "task.dataset=digits", "model.dim=16",
-                                    "model.depth=1"], "run"))
+    build(prepare(compose_config("config", ["task=image", "task.dataset=digits", "model.dim=16",
+                                            "model.depth=1"], "run")))
     try:
         assert torch.tensor([1e-39]).item() == 0  # flushed: RNN gradients no longer crawl
     finally:

@@ -157,3 +157,29 @@ def test_editing_a_familys_source_does_not_reuse_its_old_record_silently(tmp_pat
     assert len(second) == 1 and second[0]["code"]["model"]["sha256"] != first["code"]["model"]["sha256"]
     again = run_cli(*args, env=env)  # the new code's record now answers: skipped, nothing new
     assert again.returncode == 0 and len(read_records(tmp_path / "r")) == 2
+
+
+def test_a_new_family_reads_the_task_settings_it_declares(tmp_path, monkeypatch):
+    """A family the tasks name no settings for says whose it reads (``task_settings: rnn``):
+    the RNNs' depth on every task, its own entry where a task gives one, its yaml's default
+    where it declares none."""
+    from bench.setup.build import validate
+    from bench.setup.compose import compose_config
+
+    monkeypatch.syspath_prepend(str(OUTSIDE))
+    models = tmp_path / "conf" / "model"
+    models.mkdir(parents=True)
+    (models / "mine.yaml").write_text(
+        "_target_: conv1d_family.build\nname: mine\nfamily: mine\nmatch_params: true\n"
+        "task_settings: rnn\ndim: null\ndepth: ${task_model:depth,7}\nkernel_size: 3\n")
+    search = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+
+    def depth(*overrides: str) -> int:
+        cfg = compose_config("config", [search, "task=speech", "model=mine", *overrides], "run")
+        return validate(cfg)["model"]["depth"]
+
+    assert depth("task.models.rnn.depth=5") == 5  # the RNNs' setting on this task
+    assert depth("task.models.rnn.depth=5", "+task.models.mine.depth=3") == 3  # its own wins
+    assert depth("task.models.rnn.depth=5", "~model.task_settings") == 7  # none declared: the default
+    # the RNNs' other settings (bidirectional, dropout...) are theirs: unread here, not an error
+    assert validate(compose_config("config", [search, "task=summarization", "model=mine"], "run"))

@@ -39,13 +39,13 @@ def _setup(task_name: str, dataset: str, overrides: list[str]):
     chosen = ["suite=quick"] if dataset == "quick" else [f"task.dataset={dataset}"]
     cfg = compose_config("config", [f"task={task_name}", *chosen, *overrides], "run")
     cfg.data_dir, cfg.cache_dir = None, "unused"
-    validate(cfg)
-    return cfg, build_task(cfg).input_kind(Splits([], [], [], DATA_INFO[(task_name, dataset)]))
+    config = validate(cfg)  # the plain data the build reads
+    return config, build_task(config).input_kind(Splits([], [], [], DATA_INFO[(task_name, dataset)]))
 
 
 def _match(task_name: str, dataset: str, overrides: list[str]) -> dict:
-    cfg, inputs = _setup(task_name, dataset, overrides)
-    return matched_model(cfg, inputs)[1]
+    config, inputs = _setup(task_name, dataset, overrides)
+    return matched_model(config["model"], config.get("reference"), inputs)[1]
 
 
 def test_every_task_config_has_a_case():
@@ -55,7 +55,7 @@ def test_every_task_config_has_a_case():
 def _cases():
     for task_name, dataset in DATA_INFO:
         cfg = compose_config("config", [f"task={task_name}"], "run")
-        for scale in scale_choices(cfg, "attention"):
+        for scale in scale_choices(cfg.task.models.attention):
             yield task_name, dataset, scale
 
 
@@ -67,7 +67,7 @@ def test_every_baseline_is_matched_within_2_percent(task_name, dataset, scale, m
         facts = _match(task_name, dataset, [f"model={model}", f"scale={scale}", *extra])
         if scale == "s":  # counted on the meta device = counted on the model built
             attention_cfg, inputs = _setup(task_name, dataset, ["model=attention"])
-            assert facts["target"] == count_parameters(build_model(attention_cfg.model, inputs).module)
+            assert facts["target"] == count_parameters(build_model(attention_cfg["model"], inputs).module)
         assert facts["reference"] == "attention" and facts["computed"]
         assert abs(facts["gap"]) <= 0.02, (model, extra, facts)
 
@@ -75,9 +75,9 @@ def test_every_baseline_is_matched_within_2_percent(task_name, dataset, scale, m
 @pytest.mark.parametrize("task_name, dataset",
                          [("image", "digits"), ("translation", "quick"), ("asr", "synth_strings")])
 def test_the_matched_width_is_the_width_built(task_name, dataset):
-    cfg, inputs = _setup(task_name, dataset, ["model=lstm"])
-    model_cfg, facts = matched_model(cfg, inputs)
-    assert model_cfg.dim == facts["width"] and cfg.model.dim is None  # the config is left as composed
+    config, inputs = _setup(task_name, dataset, ["model=lstm"])
+    model_cfg, facts = matched_model(config["model"], config["reference"], inputs)
+    assert model_cfg["dim"] == facts["width"] and config["model"]["dim"] is None  # the config is left alone
     assert count_parameters(build_model(model_cfg, inputs).module) == facts["params"]
 
 
@@ -85,8 +85,8 @@ def test_each_scale_has_about_four_times_the_parameters_of_the_one_before():
     for task_name, dataset in DATA_INFO:
         counts = []
         for scale in ("xs", "s", "m", "l"):
-            cfg, inputs = _setup(task_name, dataset, ["model=lstm", f"scale={scale}"])
-            counts.append(matched_model(cfg, inputs)[1]["target"])
+            config, inputs = _setup(task_name, dataset, ["model=lstm", f"scale={scale}"])
+            counts.append(matched_model(config["model"], config["reference"], inputs)[1]["target"])
         ratios = [b / a for a, b in zip(counts, counts[1:], strict=False)]
         assert all(2.0 <= r <= 4.5 for r in ratios), (task_name, dataset, counts, ratios)
 
@@ -148,12 +148,12 @@ def test_run_with_an_unknown_scale_exits_2_with_one_line(tmp_path):
 def test_a_matched_model_is_sized_against_the_attention_model_its_overrides_build():
     facts = _match("image", "digits", ["model=gru", "model.depth=2"])
     attention_cfg, inputs = _setup("image", "digits", ["model=attention", "model.depth=2"])
-    assert facts["target"] == count_parameters(build_model(attention_cfg.model, inputs).module)
+    assert facts["target"] == count_parameters(build_model(attention_cfg["model"], inputs).module)
     assert facts["target"] < _match("image", "digits", ["model=gru"])["target"]  # 2 layers, not 4
     assert abs(facts["gap"]) <= 0.02
     cfg, _ = _setup("image", "digits", ["model=gru", "model.depth=2", "model.dropout=0.1"])
-    assert cfg.reference.depth == 2 and cfg.reference.dropout == 0.1  # the keys the reference has
-    assert cfg.reference.name == "attention" and "cell" not in cfg.reference  # never its identity
+    assert cfg["reference"]["depth"] == 2 and cfg["reference"]["dropout"] == 0.1  # the keys the reference has
+    assert cfg["reference"]["name"] == "attention" and "cell" not in cfg["reference"]  # never its identity
 
 
 @pytest.mark.slow

@@ -71,13 +71,14 @@ def test_two_identical_sweeps_at_once_record_each_job_once(tmp_path):
 def test_a_crash_while_a_run_is_built_is_recorded_failed(tmp_path, monkeypatch):
     from bench.errors import RunFailed
     from bench.experiment import run_experiment
-    from bench.setup import build as build_module
+    from bench.setup import spec as spec_module
     from bench.setup.compose import compose_config
 
-    def broken(cfg):
+    def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug in an adapter")
 
-    monkeypatch.setattr(build_module, "build_task", broken)
+    # a bug met while the data is loaded or the model built (after the run's config is known)
+    monkeypatch.setattr(spec_module, "build_model", broken)
     cfg = compose_config("config", [*TINY, f"results_dir={tmp_path}"], "run")
     with pytest.raises(RunFailed, match="failed while building: ZeroDivisionError"):
         run_experiment(cfg)

@@ -274,8 +274,8 @@ def test_an_impossible_task_model_stops_speed_with_runs_line_before_timing(tmp_p
 def test_a_task_rows_throughput_is_the_median_pass_not_the_best(monkeypatch):
     # A record's samples/s is a mean over a run; the best of noisy passes sat 20% above it
     # (docs/speed.md), so the task row reports the median with its 95% CI.
-    from bench.setup.build import build
     from bench.setup.compose import compose_config
+    from bench.setup.spec import build, prepare
 
     cfg = compose_config("speed", ["tasks.repeats=7", "tasks.timed_steps=1", "tasks.min_seconds=0",
                                    "warmup=0", "iters=1", "dtypes=[float32]"], "speed")
@@ -284,7 +284,7 @@ def test_a_task_rows_throughput_is_the_median_pass_not_the_best(monkeypatch):
     engine = iter([99.0, 480.0, 88.0, 108.0, 101.0, 94.0, 97.0])
     monkeypatch.setattr(speed, "_bare_loop", lambda *args: next(bare))
     monkeypatch.setattr(speed, "_engine_samples_per_s", lambda *args: next(engine))
-    train, infer = speed.measure_task_model(build(run_cfg), "float32", cfg, torch.device("cpu"))
+    train, infer = speed.measure_task_model(build(prepare(run_cfg)), "float32", cfg, torch.device("cpu"))
     assert train["samples_per_s"] == pytest.approx(100.0)  # the median of the 7 timed passes
     assert (train["samples_per_s_ci_low"], train["samples_per_s_ci_high"]) == (90.0, 500.0)
     assert train["repeats"] == 7 and train["engine_samples_per_s"] == 99.0

@@ -13,30 +13,29 @@ import importlib.util
 import inspect
 import os
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from bench.errors import BenchError
 from bench.run.acceleration import check_compile, check_dtype
 from bench.run.engine import TrainerSettings
 from bench.run.environment import resolve_device
+from bench.setup.compose import resolved_config
 from bench.setup.matching import WIDTH_KEY, count_on_meta, match_parameters
 from bench.setup.schema import check_section, dataclass_hints, required_fields, signature_hints
 from bench.setup.settings import RunSettings, TrainSubsetSettings
-from bench.setup.subsets import check_training_size, train_subset
 from bench.setup.task_models import check_task_models
-from bench.task import Splits, Task
+from bench.task import Task
 from models.inputs import Built, InputKind
 
 # Model config keys that label a run or say how it is sized rather than configure the builder.
-LABEL_KEYS = ("_target_", "name", "family", "match_params")
+LABEL_KEYS = ("_target_", "name", "family", "match_params", "task_settings")
 # Task config keys the adapter does not take as arguments: ``models`` (each family's settings
 # on the task, read by the model yamls) and the harness's own (``TrainSubsetSettings``, for
 # every task alike); and those ``build_task`` passes.
@@ -62,7 +61,12 @@ def locate(target: Any, key: str) -> Any:
                          f"that its package is importable (PYTHONPATH)") from None
 
 
-def model_builder(model_cfg: DictConfig) -> Callable[..., Built]:
+def plain(section: Mapping) -> dict[str, Any]:
+    """A config section as plain data (a ``DictConfig`` resolved; a dict copied)."""
+    return resolved_config(section) if isinstance(section, DictConfig) else dict(section)
+
+
+def model_builder(model_cfg: Mapping) -> Callable[..., Built]:
     """The function a model config names as its ``_target_``."""
     target = model_cfg.get("_target_")
     if not target:
@@ -74,10 +78,9 @@ def model_builder(model_cfg: DictConfig) -> Callable[..., Built]:
     return builder
 
 
-def model_settings(model_cfg: DictConfig) -> dict[str, Any]:
+def model_settings(model_cfg: Mapping) -> dict[str, Any]:
     """The builder's keyword arguments: every model key but the labels."""
-    settings = OmegaConf.to_container(model_cfg, resolve=True)
-    return {k: v for k, v in settings.items() if k not in LABEL_KEYS}
+    return {k: v for k, v in plain(model_cfg).items() if k not in LABEL_KEYS}
 
 
 def check_model_keys(model_cfg: DictConfig) -> None:
@@ -105,7 +108,7 @@ def check_model_keys(model_cfg: DictConfig) -> None:
     check_section("model.", settings, hints, "model", takes_any=True)
 
 
-def check_task_keys(task_cfg: DictConfig) -> None:
+def check_task_keys(task_cfg: Mapping) -> None:
     """Every task key is an argument of its adapter, of the declared type and range."""
     adapter = locate(task_cfg.get("_target_"), "task._target_")
     hints, takes_any = signature_hints(adapter, exclude=TASK_INJECTED)
@@ -115,31 +118,34 @@ def check_task_keys(task_cfg: DictConfig) -> None:
     check_section("task.", subset, SUBSET_HINTS, "task")
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: Mapping) -> dict[str, Any]:
     """Catch impossible settings before anything is built or written: every key of the top
     level, the task, the model and the trainer against its declared type and range
-    (``bench.setup.schema``), then what only several keys together can say."""
-    check_section("", cfg, dataclass_hints(RunSettings), "top-level", required=required_fields(RunSettings))
-    check_task_keys(cfg.task)
-    check_model_keys(cfg.model)
-    if cfg.model.get("match_params") and cfg.get("reference") is not None:
-        check_model_keys(cfg.reference)
-    check_task_models(cfg)
-    check_section("trainer.", cfg.trainer, dataclass_hints(TrainerSettings), "trainer",
+    (``bench.setup.schema``), then what only several keys together can say. Returns the
+    config as plain data, resolved once here: every check reads that."""
+    config = plain(cfg)
+    check_section("", config, dataclass_hints(RunSettings), "top-level",
+                  required=required_fields(RunSettings))
+    model, trainer = config["model"], config["trainer"]
+    check_task_keys(config["task"])
+    check_model_keys(model)
+    if model.get("match_params") and config.get("reference") is not None:
+        check_model_keys(config["reference"])
+    check_task_models(config)
+    check_section("trainer.", trainer, dataclass_hints(TrainerSettings), "trainer",
                   required=required_fields(TrainerSettings))
-    check_dtype(cfg.trainer.dtype, "trainer.dtype")
-    check_compile(cfg.trainer.compile, resolve_device(cfg.device), "trainer.compile")
-    check_progress(cfg.get("progress", "auto"))
-    if cfg.logger == "mlflow" and importlib.util.find_spec("mlflow") is None:
+    check_dtype(trainer["dtype"], "trainer.dtype")
+    check_compile(trainer["compile"], resolve_device(config["device"]), "trainer.compile")
+    check_progress(config.get("progress", "auto"))
+    if config["logger"] == "mlflow" and importlib.util.find_spec("mlflow") is None:
         raise BenchError("logger=mlflow needs MLflow, an optional extra: pip install 'mha-bench[mlflow]' "
                          "(or choose logger=tensorboard, csv or none)")
-    m = cfg.model
-    if "num_heads" in m and m.get("dim") is not None and m.dim % m.num_heads:
-        fits = max(h for h in range(1, m.num_heads + 1) if m.dim % h == 0)
-        raise BenchError(
-            f"model.num_heads={m.num_heads} does not divide model.dim={m.dim} "
-            f"(each head gets dim / num_heads channels); try model.num_heads={fits}"
-        )
+    dim, heads = model.get("dim"), model.get("num_heads")
+    if heads is not None and dim is not None and dim % heads:
+        fits = max(h for h in range(1, heads + 1) if dim % h == 0)
+        raise BenchError(f"model.num_heads={heads} does not divide model.dim={dim} "
+                         f"(each head gets dim / num_heads channels); try model.num_heads={fits}")
+    return config
 
 
 def check_progress(value: Any) -> None:
@@ -148,17 +154,24 @@ def check_progress(value: Any) -> None:
         raise BenchError(f"progress must be auto, true or false, got {value!r}")
 
 
-def build_task(cfg: DictConfig) -> Task:
-    settings = OmegaConf.to_container(cfg.task, resolve=True)
+def trainer_settings(trainer_cfg: Mapping) -> TrainerSettings:
+    """The recipe as the engine takes it, from a ``trainer`` config ``validate`` has checked."""
+    values = plain(trainer_cfg)
+    return TrainerSettings(**{**values, "betas": tuple(values["betas"])})
+
+
+def build_task(config: Mapping) -> Task:
+    """The task adapter a config (composed, or resolved to plain data) names, data not loaded."""
+    settings = plain(config["task"])
     for key in HARNESS_TASK_KEYS:  # read by the model configs and the build, not by the adapter
         settings.pop(key, None)
     try:
-        return instantiate(settings, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir)
+        return instantiate(settings, data_dir=config["data_dir"], cache_dir=config["cache_dir"])
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, BenchError):
             raise cause from None
-        raise BenchError(f"task={cfg.task.name}: bad task settings ({cause or e})") from None
+        raise BenchError(f"task={settings.get('name')}: bad task settings ({cause or e})") from None
 
 
 # What training holds per parameter, in bytes: float32 weights, gradients and AdamW's two
@@ -192,7 +205,7 @@ def check_memory(builder: Callable[..., Built], inputs: InputKind, settings: dic
                          f"{device.type}; make it smaller")
 
 
-def build_model(model_cfg: DictConfig, inputs: InputKind, device: torch.device | None = None) -> Built:
+def build_model(model_cfg: Mapping, inputs: InputKind, device: torch.device | None = None) -> Built:
     """The model a config names, for the task's input kind. Impossible shapes the model finds
     itself (a patch larger than the input) and an input kind it cannot read are user errors."""
     builder, settings = model_builder(model_cfg), model_settings(model_cfg)
@@ -210,59 +223,15 @@ def build_model(model_cfg: DictConfig, inputs: InputKind, device: torch.device |
         raise BenchError(f"model={model_cfg.get('name')} with {sizes} does not fit in memory "
                          f"({str(e).splitlines()[0]}); make it smaller") from None
     if not isinstance(built, Built):
-        raise BenchError(f"model._target_ '{model_cfg._target_}' returned {type(built).__name__}, "
+        raise BenchError(f"model._target_ '{model_cfg['_target_']}' returned {type(built).__name__}, "
                          f"not a models.inputs.Built(module, notes)")
     return built
 
 
-@dataclass
-class Setup:
-    """Everything a run trains: its task, data and model, on its device."""
-
-    task: Task
-    splits: Splits
-    model: torch.nn.Module
-    built: Built
-    device: torch.device
-    trainer: TrainerSettings  # the engine's recipe, typed
-    model_label: str  # the model's name in records and tables (a variant sets itself apart)
-    param_match: dict[str, Any] | None = None  # bench.setup.matching: how the width was sized
-
-
-def trainer_settings(trainer_cfg: DictConfig) -> TrainerSettings:
-    """The recipe as the engine takes it, from a ``trainer`` config ``validate`` has checked."""
-    values = OmegaConf.to_container(trainer_cfg, resolve=True)
-    return TrainerSettings(**{**values, "betas": tuple(values["betas"])})
-
-
-def build(cfg: DictConfig, task: Task | None = None) -> Setup:
-    """Build the task of a ``cfg`` already passed through ``validate`` (``mhab run`` and
-    ``mhab speed`` validate first, before their own work), or take the one ``build_task`` made,
-    load (or build and cache) the data, seed, and build the model on the run's device. Every
-    mistake here is a ``BenchError`` before any result is written."""
-    device = resolve_device(cfg.device)
-    # Subnormal floats run 10-100x slower on x86 CPUs. Gradients through hundreds of RNN steps
-    # decay into them: a GRU seq2seq step on 256-subword emails took 20 s with them, 3 s
-    # without. Flushing them to zero changes nothing else (they are below 1.2e-38).
-    torch.set_flush_denormal(True)
-    task = task or build_task(cfg)
-    seed_everything(cfg.seed)
-    splits = task.load(cfg.seed)
-    splits.check_not_empty()
-    splits.train, subset = train_subset(splits.train, cfg.task.get("train_fraction", 1.0),
-                                        cfg.task.get("train_subset_seed", 0), task.train_classes(splits))
-    splits.info = {**splits.info, **check_training_size(subset, cfg.trainer.batch_size)}
-    inputs = task.input_kind(splits)
-    model_cfg, param_match = matched_model(cfg, inputs)
-    built = build_model(model_cfg, inputs, device)
-    return Setup(task, splits, built.module.to(device), built, device, trainer_settings(cfg.trainer),
-                 f"{cfg.model.name}{built.label_suffix}", param_match)
-
-
-def matched_model(cfg: DictConfig, inputs: InputKind) -> tuple[DictConfig, dict[str, Any] | None]:
-    """``cfg.model`` with its width computed where it is matched (``match_params``) and has
-    none, and what the record says of the matching (None for a model that is not matched)."""
-    model_cfg, reference = cfg.model, cfg.get("reference")
+def matched_model(model_cfg: dict[str, Any], reference: dict[str, Any] | None,
+                  inputs: InputKind) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The model's settings with its width computed where it is matched (``match_params``)
+    and has none, and what the record says of the matching (None for a model not matched)."""
     if not model_cfg.get("match_params"):
         return model_cfg, None
     if reference is None:
@@ -277,5 +246,4 @@ def matched_model(cfg: DictConfig, inputs: InputKind) -> tuple[DictConfig, dict[
                                  str(model_cfg.get("name")))
     except ValueError as e:  # the reference cannot be built for this input
         raise BenchError(f"the reference model ({reference.get('name')}): {e}") from None
-    matched = OmegaConf.merge(model_cfg, {WIDTH_KEY: facts["width"]})
-    return matched, {"reference": reference.get("name"), **facts}
+    return {**model_cfg, WIDTH_KEY: facts["width"]}, {"reference": reference.get("name"), **facts}

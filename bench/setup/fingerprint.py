@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-
-from omegaconf import DictConfig
+from collections.abc import Mapping
 
 from bench.setup.build import locate
 
@@ -18,11 +17,11 @@ from bench.setup.build import locate
 ROLES = ("model", "task")
 
 
-def source_fingerprint(cfg: DictConfig) -> dict[str, dict[str, str]]:
+def source_fingerprint(config: Mapping) -> dict[str, dict[str, str]]:
     """``{role: {"module": name, "sha256": 12 hex}}`` for the model's and the task's code."""
     found = {}
     for role in ROLES:
-        target = (cfg.get(role) or {}).get("_target_")
+        target = (config.get(role) or {}).get("_target_")
         if not target:
             continue
         module = inspect.getmodule(locate(target, f"{role}._target_"))  # where it is defined

@@ -43,10 +43,11 @@ from bench.run.acceleration import (
 )
 from bench.run.engine import TrainerSettings, build_ema, build_optimizer, fit, train_step
 from bench.run.environment import cpu_bf16_flags, cpu_model, resolve_device
-from bench.setup.build import Setup, build, check_progress
+from bench.setup.build import check_progress
 from bench.setup.build import validate as validate_run
 from bench.setup.compose import compose_config, parse_overrides
 from bench.setup.schema import check_section, dataclass_hints
+from bench.setup.spec import Setup, build, prepare
 from bench.speed.analysis import TARGET, median_ci, paired_overhead
 from models.attention import MultiHeadAttention, attention_path
 from models.settings import AT_LEAST_1, NON_NEGATIVE
@@ -477,7 +478,7 @@ def run_speed(cfg: DictConfig, progress: bool = False) -> pd.DataFrame:
     # impossible recipe or model stops here, with run's one-line error, before minutes of timing.
     run_cfgs = ([_run_config(cfg, t, m) for t in cfg.tasks.names for m in cfg.tasks.models]
                 if cfg.tasks.enabled else [])
-    models = [build(run_cfg) for run_cfg in run_cfgs]
+    models = [build(prepare(run_cfg)) for run_cfg in run_cfgs]
     for dtype in cfg.dtypes:
         warn_if_emulated(device, dtype)
     torch.manual_seed(cfg.seed)
