@@ -1,5 +1,4 @@
 """Run records and the results table: the record's type and columns, reading and writing
 records, the table every command and the report read, atomic writes, attention examples.
-
-Imports: ``bench.errors`` only (nothing that trains, composes or reports).
+(Which rooms it may import: pyproject.toml, [tool.importlinter].)
 """
