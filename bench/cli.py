@@ -125,11 +125,14 @@ def table_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mhab table",
         description="Load every run record under RESULTS_DIR into one table, save it as "
-                    "results.parquet and results.csv there, and print it with the mean, std "
-                    "and 95% CI over seeds.")
+                    "results.parquet and results.csv there, and print one row per experiment: "
+                    "the test metric's mean and 95% CI over seeds, seeds, parameters, training "
+                    "samples/s and minutes per run (--all: every run and every column).")
     parser.add_argument("results_dir", nargs="?", default="results")
     parser.add_argument("--columns", action="store_true",
                         help="print what each column of the table means (Markdown) and exit")
+    parser.add_argument("--all", action="store_true",
+                        help="print every run and every aggregated column (the files always hold all)")
     parser.add_argument("--markdown", action="store_true",
                         help="print the results as a Markdown table for reading (a row per task, a "
                              "column per model; the README's, from results/reference) and exit")
@@ -141,7 +144,15 @@ def table_command(args: list[str]) -> int:
     log_errors_to(ns.results_dir)
     from bench.records.columns import markdown
     from bench.records.numbers import fmt
-    from bench.records.table import aggregate, load, markdown_summary, mixed_code, run_list_columns, save
+    from bench.records.table import (
+        aggregate,
+        compact_summary,
+        load,
+        markdown_summary,
+        mixed_code,
+        run_list_columns,
+        save,
+    )
 
     if ns.columns:
         print(markdown())
@@ -155,11 +166,14 @@ def table_command(args: list[str]) -> int:
         print(markdown_summary(frame))
         return 0
     paths = save(frame, ns.results_dir)
-    print(frame[run_list_columns(frame)].to_string(index=False, float_format=fmt))
-    print()
-    summary = aggregate(frame).drop(columns="values")
+    if ns.all:
+        print(frame[run_list_columns(frame)].to_string(index=False, float_format=fmt))
+        print()
+    summary = aggregate(frame).drop(columns="values") if ns.all else compact_summary(frame)
     print(summary.to_string(index=False, float_format=fmt) if len(summary) else
           "no tested run to aggregate (tuning trials are scored on validation only)")
+    if not ns.all:
+        print(f"({len(frame)} runs; --all lists each run and every column)")
     for note in mixed_code(frame):
         print(f"note: {note}; a difference may be the code's")
     print(f"\nsaved {', '.join(str(p) for p in paths)}")

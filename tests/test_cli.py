@@ -114,10 +114,13 @@ def test_sweep_records_every_run_and_table_prints_them(tmp_path):
     # Seeds share a config hash; models do not.
     hashes = {(r["model"], r["seed"]): r["config_hash"] for r in recs}
     assert hashes[("gru", 0)] == hashes[("gru", 1)] != hashes[("attention", 0)]
-    table = run_cli("table", str(tmp_path))
+    table = run_cli("table", str(tmp_path), "--all")
     assert table.returncode == 0
     runs_part, aggregate_part = table.stdout.split("\n\n")[:2]
     assert runs_part.count("digits") == 4 and aggregate_part.count("digits") == 2  # 4 runs, 2 models
+    compact = run_cli("table", str(tmp_path))  # by default a row per experiment, a few columns
+    assert compact.stdout.count("digits") == 2 and "(4 runs; --all" in compact.stdout
+    assert max(len(line) for line in compact.stdout.splitlines()) < 160
     import pandas as pd
 
     assert len(pd.read_csv(tmp_path / "results.csv")) == 4

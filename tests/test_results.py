@@ -145,9 +145,20 @@ def test_records_from_before_model_builders_were_named_resume_and_group(tmp_path
 
 def test_table_prints_numbers_for_reading(tmp_path):
     _fake_record(tmp_path, "big", params=143_274, flops_per_sample=16_170_000.0)
-    out = run_cli("table", str(tmp_path))
+    out = run_cli("table", str(tmp_path), "--all")
     assert out.returncode == 0, out.stderr
     assert "143,274" in out.stdout and "16,170,000" in out.stdout and "e+0" not in out.stdout
+
+
+def test_the_default_table_is_a_row_per_experiment_with_its_interval(tmp_path):
+    from bench.records.table import compact_summary
+
+    _fake_record(tmp_path, "s0", test_metric=0.90, params=143_274, wall_time_s=120.0)
+    _fake_record(tmp_path, "s1", seed=1, test_metric=0.92, params=143_274, wall_time_s=180.0)
+    row = compact_summary(load(tmp_path)).iloc[0]
+    assert row["seeds"] == 2 and row["params"] == "143,274" and row["wall min"] == "2.5"
+    # mean 0.91, half-width t(0.975, 1) * 0.01414 / sqrt(2) = 0.127
+    assert row["test (mean ± 95% CI)"] == "0.91 ± 0.13"
 
 
 def test_params_vs_attention_names_an_unmatched_comparison(tmp_path):

@@ -247,6 +247,26 @@ def aggregate(frame: pd.DataFrame, by_processor: bool = False) -> pd.DataFrame:
     return out
 
 
+def compact_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """What ``mhab table`` prints by default, one row per experiment: task, dataset, model
+    (with its variant and setting where they are not the default), the test metric's mean ±
+    the half-width of its 95% interval over seeds, the seeds, parameters, training samples/s
+    and minutes per run. ``--all`` prints every column."""
+    agg = aggregate(frame)
+    model = [label(m, v, s) for m, v, s in zip(agg["model"], agg["variant"], agg["setting"], strict=True)]
+    metric = [f"{fmt(m)} ± {fmt(c, 2)}" if not math.isnan(c) else fmt(m)
+              for m, c in zip(agg["mean"], agg["ci95"], strict=True)]
+    better = ["higher" if h else "lower" for h in agg["higher_is_better"]]
+    return pd.DataFrame({
+        "task": agg["task"], "dataset": agg["dataset"], "model": model,
+        "metric": [f"{name} ({b} better)" for name, b in zip(agg["metric_name"], better, strict=True)],
+        "test (mean ± 95% CI)": metric, "seeds": agg["seeds"],
+        "params": [f"{int(p):,}" if p == p else "-" for p in agg["params"]],
+        "train samples/s": [fmt(v) for v in agg["train_samples_per_s"]],
+        "wall min": [fmt(v / 60) for v in agg["wall_time_s"]],
+    })
+
+
 def run_list_columns(frame: pd.DataFrame) -> list[str]:
     """The columns ``mhab table`` lists each run with; ``mhab tune``'s three only when a run has
     them (files keep every column)."""
