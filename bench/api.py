@@ -31,10 +31,10 @@ __all__ = ["run", "multirun", "tune", "table", "report", "BenchError"]
 def run(overrides: list[str] | None = None) -> dict[str, Any]:
     """One run (``mhab run OVERRIDES``); its record. An experiment and seed already recorded
     ok is not rerun (``force=true`` reruns it): its record comes back with ``skipped``."""
-    return _run(compose_config("config", list(overrides or []), "run"))
+    return _run_checked(compose_config("config", list(overrides or []), "run"))
 
 
-def _run(cfg: DictConfig) -> dict[str, Any]:
+def _run_checked(cfg: DictConfig) -> dict[str, Any]:
     from bench.experiment import run_experiment
 
     check_results_dir(cfg.results_dir)
@@ -56,7 +56,7 @@ def multirun(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     cfgs = [compose_config("config", point, "run") for point in sweep(overrides)]
     for cfg in cfgs:
         validate(cfg)
-    return [_run(cfg) for cfg in cfgs]
+    return [_run_checked(cfg) for cfg in cfgs]
 
 
 def tune(overrides: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:

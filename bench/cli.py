@@ -236,8 +236,8 @@ def speed_command(args: list[str]) -> int:
     from bench.experiment import show_progress
     from bench.records.numbers import fmt
     from bench.records.table import save
-    from bench.speed import analysis as speed_analysis
     from bench.speed import benchmark as speed
+    from bench.speed import targets as speed_targets
 
     cfg = compose_config("speed", args, "speed")
     # The task models are composed from the run config: they see the user's own models and
@@ -256,18 +256,18 @@ def speed_command(args: list[str]) -> int:
     if table["sdpa_backend"].nunique() > 1 or (table["status"] != "ok").any():
         shown[2:2] = ["sdpa_backend", "status"]
     print(table[[c for c in shown if c in table]].to_string(index=False, float_format=fmt))
-    if not (choice := speed_analysis.backend_choice(frame)).empty:
+    if not (choice := speed_targets.backend_choice(frame)).empty:
         print("\ncore step ms under each SDPA kernel:\n" + choice.to_string(index=False, float_format=fmt))
     peaks = frame.groupby("dtype", sort=False)["matmul_peak_gflop_s"].first()
     print("\nmatmul peak: " + ", ".join(f"{peak:.1f} GFLOP/s in {dtype}" for dtype, peak in peaks.items())
           + f" ({cfg.matmul_size}^3, best of {cfg.matmul_repeats}) on {frame['device_name'].iloc[0]}, "
           f"{frame['threads'].iloc[0]} threads; bfloat16 hardware: {frame['cpu_bf16_flags'].iloc[0]}")
-    if not (speedups := speed_analysis.precision_speedups(frame)).empty:
+    if not (speedups := speed_targets.precision_speedups(frame)).empty:
         print("\ntask models, training samples/s by precision:\n"
               + speedups.to_string(index=False, float_format=fmt))
-    if (rounds := speed_analysis.reference_summary(frame)) is not None:
+    if (rounds := speed_targets.reference_summary(frame)) is not None:
         print(rounds)
-    if not (goals := speed_analysis.targets(frame)).empty:
+    if not (goals := speed_targets.targets(frame)).empty:
         print(goals.to_string(index=False, float_format=fmt))
     print(f"\nsaved {', '.join(str(p) for p in paths)}")
     return 0

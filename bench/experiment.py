@@ -66,7 +66,7 @@ def run_experiment(cfg: DictConfig) -> dict[str, Any]:
             return {"skipped": True, "locked_by": other}
         if (done := _recorded_ok(spec, data)) is not None:  # finished while we looked
             return done
-        return _run(spec, data)
+        return _train_and_record(spec, data)
 
 
 def _recorded_ok(spec: RunSpec, data: str | None) -> dict[str, Any] | None:
@@ -92,7 +92,7 @@ def _recorded_ok(spec: RunSpec, data: str | None) -> dict[str, Any] | None:
     return {**done, "skipped": True}
 
 
-def _run(spec: RunSpec, data: str | None) -> dict[str, Any]:
+def _train_and_record(spec: RunSpec, data: str | None) -> dict[str, Any]:
     try:
         setup = build(spec)
     except BenchError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from models.constraints import AT_LEAST_1, FRACTION, POSITIVE
 from models.ctc import TransformerTranscriber
 from models.inputs import (
     Built,
@@ -22,7 +23,6 @@ from models.inputs import (
 )
 from models.patch import PatchTransformerClassifier
 from models.seq2seq import TransformerSeq2Seq
-from models.settings import AT_LEAST_1, FRACTION, POSITIVE
 from models.transformer import TokenTransformerClassifier
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from models.constraints import AT_LEAST_1, FRACTION
 from models.ctc import RNNTranscriber
 from models.inputs import (
     Built,
@@ -23,7 +24,6 @@ from models.inputs import (
 )
 from models.rnn import GridRNNClassifier, TokenRNNClassifier
 from models.seq2seq import RNNSeq2Seq
-from models.settings import AT_LEAST_1, FRACTION
 
 
 def build(

@@ -40,9 +40,9 @@ from bench.data.speech_synth import DIGIT_WORDS
 from bench.errors import BenchError
 from bench.records.attention_examples import TimeAttentionExample
 from bench.task import SPLITS, Batch, BatchDataset, Splits, Task, metric_by_length, split_sizes
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 from models.frontends import CONV2D_STRIDE
 from models.inputs import FrameTranscription
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 from tasks.ctc_decoding import SPACE, BeamDecoder, Vocabulary, error_rates, greedy_ids, normalise_text
 
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused

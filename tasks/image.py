@@ -21,9 +21,9 @@ from bench.data.files import cache_path, data_root, require_files, verify_files
 from bench.data.imagefolder import imagefolder_fingerprint, read_imagefolder
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE
 from models.inputs import ImageGrid
 from models.patch import PATCH_EMBEDDINGS
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE
 
 FASHION_MNIST_FILES = [
     "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",

@@ -16,8 +16,8 @@ from torch.utils.data import TensorDataset
 
 from bench.errors import BenchError
 from bench.task import ClassificationTask, Splits, split_sizes
+from models.constraints import AT_LEAST_1, NON_NEGATIVE, Range
 from models.inputs import TokenSequence
-from models.settings import AT_LEAST_1, NON_NEGATIVE, Range
 
 
 class RecallTask(ClassificationTask):

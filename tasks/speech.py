@@ -35,8 +35,8 @@ from bench.data.cache import cached
 from bench.data.files import cache_path
 from bench.errors import BenchError
 from bench.task import Batch, ClassificationTask, Splits
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 from models.inputs import FrameSequence
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE
 
 FEATURES_VERSION = 1  # bump when the feature code changes, so old caches are not reused
 

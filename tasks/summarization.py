@@ -21,7 +21,7 @@ import numpy as np
 from bench.data.files import data_root, files_fingerprint, rule_fingerprint, verify_files
 from bench.errors import BenchError
 from bench.task import SPLITS, split_sizes
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
 from tasks.text_pairs import DISJOINT_RULE, TextPairs, TextPairTask
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")

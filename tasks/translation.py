@@ -19,7 +19,7 @@ import sacrebleu
 from bench.data.files import data_root, verify_files
 from bench.errors import BenchError
 from bench.task import split_sizes
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE, Range
 from tasks.text_pairs import TextPairs, TextPairTask
 
 NUMBER_LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")

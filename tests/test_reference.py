@@ -14,7 +14,7 @@ from bench.errors import BenchError
 from bench.records.portable import machine_traces, portable
 from bench.records.record import config_hash, find_ok_record, read_record
 from bench.records.table import aggregate, load, markdown_summary, to_frame
-from bench.report.analysis import speed_findings
+from bench.report.findings import speed_findings
 from bench.report.reference import publish
 from bench.report.render import write_report
 from bench.report.sections import provenance, results_section

@@ -273,7 +273,7 @@ def test_axes_come_from_the_recorded_config_and_each_family_is_its_own_baseline(
 
 
 def test_metric_by_length_is_judged_against_each_baseline_family():
-    from bench.report.analysis import long_range_findings
+    from bench.report.findings import long_range_findings
 
     records = []
     for family, model, (short, long) in (("attention", "attention", (30, 28)), ("rnn", "gru", (25, 15)),
@@ -398,7 +398,7 @@ def test_time_to_quality_and_learning_curves(tmp_path):
 
 
 def test_lower_is_better_time_to_quality_counts_reaching_down():
-    from bench.report.analysis import quality_targets, time_to_quality
+    from bench.report.findings import quality_targets, time_to_quality
 
     curves = pd.DataFrame([{"task": "asr", "dataset": "d", "train_fraction": 1.0, "scale": "s",
                             "device_name": "cpu", "model": m, "model_family": f, "seed": 0,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.speed import analysis as speed_analysis
 from bench.speed import benchmark as speed
+from bench.speed import targets as speed_targets
 from models.attention import MultiHeadAttention
 from tests.conftest import run_cli
 
@@ -49,7 +49,7 @@ def _round(round_, peak, **step_ms):
     """One reference round: each impl's step time, and the core's share of the round's peak."""
     return [{"section": "reference", "status": "ok", "model": impl, "mode": "train", "round": round_,
              "step_ms": ms, "round_peak_gflop_s": peak,
-             "round_peak_share": 100.0 / ms / peak if impl == "core" else None, **speed_analysis.TARGET}
+             "round_peak_share": 100.0 / ms / peak if impl == "core" else None, **speed_targets.TARGET}
             for impl, ms in step_ms.items()]
 
 
@@ -62,13 +62,13 @@ def test_targets_are_medians_of_per_round_ratios():
         *(row for r in range(7) for row in _round(r, peaks[r], core=core[r], torch=torch_ms[r],
                                                      timm=timm[r], projections=4.5)),
         {"section": "attention", "status": "ok", "model": "core", "mode": "train", "step_ms": 1.0,
-         "round": None, **speed_analysis.TARGET},  # the grid: not what the targets read
+         "round": None, **speed_targets.TARGET},  # the grid: not what the targets read
         {"section": "task", "model": "image/digits:gru", "mode": "train", "engine_overhead": 0.03,
          "data_share": 0.2},
         {"section": "task", "model": "image/digits:lstm", "mode": "train", "engine_overhead": 0.08,
          "data_share": 0.1},
     ])
-    t = speed_analysis.targets(frame).set_index("target")
+    t = speed_targets.targets(frame).set_index("target")
     torch_ratio = t.loc["core / torch step time (fwd+bwd)"]
     assert torch_ratio["measured"] == pytest.approx(0.5) and torch_ratio["met"] == True  # noqa: E712
     assert (torch_ratio["ci_low"], torch_ratio["ci_high"]) == (pytest.approx(0.4), pytest.approx(5 / 9.5))
@@ -82,7 +82,7 @@ def test_targets_are_medians_of_per_round_ratios():
     worst = t.loc["engine overhead, worst (image/digits:lstm)"]  # one pass: by the median alone
     assert worst["measured"] == 0.08 and worst["met"] == False  # noqa: E712
     assert "median alone" in worst["goal"]
-    summary = speed_analysis.reference_summary(frame)
+    summary = speed_targets.reference_summary(frame)
     assert "medians over 7 rounds" in summary and "from 20.0 to 40.0 GFLOP/s" in summary
 
 
@@ -90,7 +90,7 @@ def test_a_matmul_share_above_one_is_never_a_met_target():
     """On a loaded machine the rounds' matmul peaks come out low and the core's share of them
     above 1, which no kernel reaches: the target is not judged met."""
     frame = pd.DataFrame([row for r in range(7) for row in _round(r, 2.0, core=4.0)])
-    share = speed_analysis.targets(frame).set_index("target").loc[
+    share = speed_targets.targets(frame).set_index("target").loc[
         "core share of its round's matmul peak (fwd+bwd)"]
     assert share["measured"] == pytest.approx(12.5) and share["met"] is None
     assert "loaded machine" in share["goal"]
@@ -107,34 +107,34 @@ def test_a_target_whose_goal_is_inside_its_ci_is_undecided(value, low, high, met
     frame = pd.DataFrame([
         {"section": "task", "model": "image/digits:lstm", "mode": "train", "engine_overhead": value,
          "engine_overhead_ci_low": low, "engine_overhead_ci_high": high, "data_share": 0.1}])
-    goals = speed_analysis.targets(frame).set_index("target")
+    goals = speed_targets.targets(frame).set_index("target")
     worst = goals.loc["engine overhead, worst (image/digits:lstm)"]
     assert worst["met"] is None if met is None else worst["met"] == met and worst["met"] is not None
     assert ("undecided" in worst["goal"]) == (met is None)
     assert ("median alone" in worst["goal"]) == math.isnan(low)
     # The same rule, mirrored, for a share that must be high.
     mirror = lambda v: 0.70 + (0.05 - v)
-    assert speed_analysis.verdict(mirror(value), mirror(high), mirror(low), 0.70, True, "hint")[1] is met
+    assert speed_targets.verdict(mirror(value), mirror(high), mirror(low), 0.70, True, "hint")[1] is met
 
 
 def test_overhead_is_the_median_of_paired_repeats_with_its_ci():
     # One noisy burst (the bare pass at 140) moves one pair, not the median.
     bare = [100.0, 100.0, 140.0, 100.0, 100.0, 100.0, 100.0]
     engine = [98.0, 97.0, 99.0, 99.0, 98.0, 96.0, 98.0]
-    overhead, low, high = speed_analysis.paired_overhead(bare, engine)
+    overhead, low, high = speed_targets.paired_overhead(bare, engine)
     assert overhead == pytest.approx(0.02)  # per pair: .02 .03 .293 .01 .02 .04 .02
     assert (low, high) == (pytest.approx(0.01), pytest.approx(0.293, abs=1e-3))  # 7 pairs: the range
     assert 1 - max(engine) / max(bare) == pytest.approx(0.293, abs=1e-3)  # what best-of-each said
     # The CI narrows with more repeats: of 21 values, the 6th to the 16th smallest.
     values = [float(v) for v in range(21, 0, -1)]
-    assert speed_analysis.median_ci(values) == (11.0, 6.0, 16.0)
-    assert all(math.isnan(v) for v in speed_analysis.paired_overhead([100.0] * 5, [90.0] * 5)[1:])
+    assert speed_targets.median_ci(values) == (11.0, 6.0, 16.0)
+    assert all(math.isnan(v) for v in speed_targets.paired_overhead([100.0] * 5, [90.0] * 5)[1:])
 
 
 def test_targets_without_the_attention_part():
     tasks = pd.DataFrame([{"section": "task", "model": "image/digits:gru", "mode": "train",
                            "engine_overhead": 0.03, "data_share": 0.2}])
-    assert list(speed_analysis.targets(tasks)["target"]) == ["engine overhead, median over 1 task models",
+    assert list(speed_targets.targets(tasks)["target"]) == ["engine overhead, median over 1 task models",
                                                     "engine overhead, worst (image/digits:gru)",
                                                     "data time / step time, worst (image/digits:gru)"]
 
@@ -240,13 +240,13 @@ def test_grid_under_each_pinned_sdpa_kernel_and_the_choice(tmp_path):
     assert ran[("core", "train", "efficient")] == "no efficient kernel"  # CUDA only
 
     rows["section"] = "attention"
-    choice = speed_analysis.backend_choice(rows)
+    choice = speed_targets.backend_choice(rows)
     assert list(choice.columns) == ["dtype", "mode", "batch_size", "seq_len", "math", "flash", "efficient",
                                     "fastest"]
     assert choice["efficient"].isna().all()
     for r in choice.itertuples():
         assert r.fastest == ("math" if r.math < r.flash else "flash")
-    assert speed_analysis.backend_choice(rows[rows["sdpa_backend"] == "math"]).empty
+    assert speed_targets.backend_choice(rows[rows["sdpa_backend"] == "math"]).empty
 
     rows = speed.with_peak_share(rows, 50.0)
     for key, value in {"dtype": "float32", "device_name": "Test CPU", "threads": 2, "torch": "2.x",

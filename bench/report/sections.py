@@ -1,7 +1,7 @@
 """``mhab report``: report.md and a self-contained report.html from the results table.
 
 This module draws and writes; what the report says (tables, verdicts) is computed from the
-run records in ``bench.report.analysis``. A section without data says what to run to fill it.
+run records in ``bench.report.findings``. A section without data says what to run to fill it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from bench.records.table import (  # noqa: E402
     to_frame,
 )
 from bench.report import sizes  # noqa: E402
-from bench.report.analysis import (  # noqa: E402
+from bench.report.findings import (  # noqa: E402
     ATTENTION,
     attention_distances,
     direction,
@@ -271,7 +271,7 @@ def scaling_section(results_dir: Path, agg: pd.DataFrame) -> Section:
 def _speed_tables(s: Section, speed: pd.DataFrame) -> None:
     """``mhab speed``'s table: the core against torch and timm over length, its targets, and
     the task models."""
-    from bench.speed.analysis import backend_choice, precision_speedups, reference_summary, targets
+    from bench.speed.targets import backend_choice, precision_speedups, reference_summary, targets
 
     context = speed.iloc[0]
     measured = speed[speed["section"] == "attention"]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from bench.records.numbers import compact, fmt, scaled
-from bench.report.analysis import ATTENTION, Finding, higher_is_better, no_data
+from bench.report.findings import ATTENTION, Finding, higher_is_better, no_data
 from bench.report.stats import holm, verdict, welch
 
 

@@ -31,7 +31,7 @@ from bench.run.acceleration import autocast, compile_model, model_attention_path
 from bench.run.final import measure_final
 from bench.run.loggers import RunLogger
 from bench.task import Batch, Splits, Task
-from models.settings import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
+from models.constraints import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 
 CHECKPOINT = "best.pt"
 MIN_STEPS = 100  # fewer optimizer steps than this is warned about (the quick suite's digits run 165)

@@ -1,6 +1,6 @@
 """One mechanism that checks every setting before a run: a value against its declared type
 (the annotation of the builder, adapter or settings dataclass that reads it) and its
-``models.settings.Range``; a key nothing reads is refused, with the closest real key as a hint.
+``models.constraints.Range``; a key nothing reads is refused, with the closest real key as a hint.
 
 Types understood: int, float (finite: NaN and infinity are refused), bool, str, ``Literal``
 choices, ``X | None``, ``tuple[int, int]``, ``tuple[int, ...]``, ``list[X]``, ``dict[str, X]``,
@@ -21,7 +21,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from bench.errors import BenchError
-from models.settings import Range
+from models.constraints import Range
 
 Hints = dict[str, Any]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from models.settings import NON_NEGATIVE, Range
+from models.constraints import NON_NEGATIVE, Range
 
 
 @dataclass

@@ -48,9 +48,9 @@ from bench.setup.build import validate as validate_run
 from bench.setup.compose import compose_config, parse_overrides
 from bench.setup.schema import check_section, dataclass_hints
 from bench.setup.spec import Setup, build, prepare
-from bench.speed.analysis import TARGET, median_ci, paired_overhead
+from bench.speed.targets import TARGET, median_ci, paired_overhead
 from models.attention import MultiHeadAttention, attention_path
-from models.settings import AT_LEAST_1, NON_NEGATIVE
+from models.constraints import AT_LEAST_1, NON_NEGATIVE
 
 ATTENTION_IMPLS = ("core", "torch", "torch_no_weights", "timm", "projections")
 CALLS_SDPA = ("core", "torch_no_weights", "timm")  # torch's default call computes its weights

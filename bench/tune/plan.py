@@ -18,7 +18,7 @@ from bench.setup.compose import compose_config, parse_overrides
 from bench.setup.paths import check_results_dir
 from bench.setup.schema import check_section, dataclass_hints, required_fields
 from bench.tune.space import Space, as_override, check_space, load_space, space_file
-from models.settings import AT_LEAST_1, NON_NEGATIVE
+from models.constraints import AT_LEAST_1, NON_NEGATIVE
 
 # Keys that say where and how a run is kept or shown, not what it learns: a study's name
 # does not depend on them, so moving the results dir or the device resumes the same study.
