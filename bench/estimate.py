@@ -19,6 +19,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from bench.errors import BenchError
+from bench.records.defaults import FULL_TRAINING_SET
 from bench.records.record import find_ok_record
 from bench.records.table import read_records
 from bench.setup.compose import compose_config, experiment_hash, sweep_jobs
@@ -58,7 +59,7 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
         own = by_seed.get(int(cfg.seed), [])
         basis = own or [run for runs in by_seed.values() for run in runs]
         source = "this seed" if own else "other seeds" if basis else "no record"
-        if not basis and cfg.task.get("train_fraction", 1.0) < 1.0:
+        if not basis and cfg.task.get("train_fraction", FULL_TRAINING_SET) < FULL_TRAINING_SET:
             # a training subset keeps the budget in samples seen (bench.setup.subsets): it
             # trains as long as the whole split does
             by_seed = recorded.get(experiment_hash(full_data(cfg)), {})
@@ -79,7 +80,7 @@ def estimate_jobs(configs: list[DictConfig], results_dirs: list[str | Path]) -> 
 def full_data(cfg: DictConfig) -> DictConfig:
     """``cfg`` on the whole training split."""
     whole = cfg.copy()
-    whole.task.train_fraction = 1.0
+    whole.task.train_fraction = FULL_TRAINING_SET
     return whole
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.records.defaults import DEFAULT_SCALE, FULL_TRAINING_SET
 from bench.records.numbers import fmt, scaled, whole
 
 
@@ -76,10 +77,11 @@ COLUMNS: tuple[Column, ...] = (
            aggregate="first"),
     Column("scale", "the model size (`scale=`): `s` is each task's default; `xs`, `m`, `l` about 4x "
            "the parameters apart", aggregate="first", format=str,
-           read=lambda record: (record.get("config") or {}).get("scale", "s")),
+           read=lambda record: (record.get("config") or {}).get("scale", DEFAULT_SCALE)),
     Column("train_fraction", "the share of the training split trained on (`task.train_fraction`; a "
            "nested subset, the budget in samples seen unchanged)", aggregate="first",
-           read=lambda record: ((record.get("config") or {}).get("task") or {}).get("train_fraction", 1.0)),
+           read=lambda record: ((record.get("config") or {}).get("task") or {}).get("train_fraction",
+                                                                                   FULL_TRAINING_SET)),
     Column("train_examples", "training examples (of the subset, with `task.train_fraction`)",
            aggregate="mean", read=_train_examples),
     Column("variant", "the `variant=` label (`default` when unset); claims use `heads_N` and `length_L`",

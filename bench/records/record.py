@@ -18,6 +18,7 @@ from typing import Any, Literal, TypedDict
 
 from bench.errors import BenchError, working_on
 from bench.records.atomic import atomic_write_json
+from bench.records.defaults import DEFAULT_SCALE, FULL_TRAINING_SET
 
 RECORD = "record.json"
 SCHEMA_VERSION = 1
@@ -59,8 +60,8 @@ LATER: tuple[Later, ...] = (
     Later("model._target_", "models.rnn_family.build", when=(("model.family", "rnn"),)),
     # the reference family says it is not matched since baselines' widths are computed
     Later("model.match_params", False, when=(("model.family", "attention"),)),
-    Later("scale", "s"),
-    Later("task.train_fraction", 1.0),
+    Later("scale", DEFAULT_SCALE),
+    Later("task.train_fraction", FULL_TRAINING_SET),
     Later("task.train_subset_seed", 0),
     # attention configs name tie_embeddings since a task's settings reach them by
     # interpolation; before, only the seq2seq tasks set it (to the builder's default)

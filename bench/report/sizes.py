@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.records.defaults import DEFAULT_SCALE, FULL_TRAINING_SET
 from bench.records.numbers import compact, fmt, scaled
 from bench.report.findings import ATTENTION, Finding, higher_is_better, no_data
 from bench.report.stats import holm, verdict, welch
@@ -25,9 +26,9 @@ class Axis:
     suite: str  # what fills it
 
 
-DATA = Axis("train_fraction", "scale", "s", "train_examples", "training examples",
+DATA = Axis("train_fraction", "scale", DEFAULT_SCALE, "train_examples", "training examples",
             "mhab run -m suite=scale_data task=TASK")
-MODEL = Axis("scale", "train_fraction", 1.0, "params", "parameters",
+MODEL = Axis("scale", "train_fraction", FULL_TRAINING_SET, "params", "parameters",
              "mhab run -m suite=scale_model task=TASK")
 AXES = {"data": DATA, "model": MODEL}
 CLAIMS = {"data": "Attention needs more data than an RNN: its standing against the RNN improves as the "

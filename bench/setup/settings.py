@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from bench.records.defaults import DEFAULT_SCALE, FULL_TRAINING_SET
 from models.constraints import NON_NEGATIVE, Range
 
 
@@ -38,7 +39,7 @@ class RunSettings:
     task: Any
     model: Any
     trainer: Any
-    scale: str = "s"  # the model size (bench.setup.task_models): s is each task's default size
+    scale: str = DEFAULT_SCALE  # the model size (bench.setup.task_models): s is each task's default size
     reference: Any = None  # the model matched families are sized against (conf/model, model@reference)
     suite: Any = None  # {} from suite=none; absent from a suite's runs (a _global_ override)
     claim: Any = None
@@ -52,5 +53,6 @@ class TrainSubsetSettings:
     """Task keys every task has, read by the build rather than the adapter
     (``bench.setup.subsets``): the data-size axis."""
 
-    train_fraction: Annotated[float, Range(gt=0, le=1)] = 1.0  # the share of the training split used
+    # the share of the training split used
+    train_fraction: Annotated[float, Range(gt=0, le=1)] = FULL_TRAINING_SET
     train_subset_seed: Annotated[int, NON_NEGATIVE] = 0  # the seeded order the nested subsets are cut from

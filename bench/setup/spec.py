@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from bench.records.defaults import FULL_TRAINING_SET
 from bench.records.record import config_hash
 from bench.run.engine import TrainerSettings
 from bench.run.environment import resolve_device
@@ -103,10 +104,9 @@ def build(spec: RunSpec) -> Setup:
     seed_everything(spec.settings.seed)
     splits = task.load(spec.settings.seed)
     splits.check_not_empty()
-    subset_settings = spec.config["task"]
-    splits.train, subset = train_subset(splits.train, subset_settings.get("train_fraction", 1.0),
-                                        subset_settings.get("train_subset_seed", 0),
-                                        task.train_classes(splits))
+    subsets = spec.config["task"]
+    splits.train, subset = train_subset(splits.train, subsets.get("train_fraction", FULL_TRAINING_SET),
+                                        subsets.get("train_subset_seed", 0), task.train_classes(splits))
     splits.info = {**splits.info, **check_training_size(subset, spec.trainer.batch_size)}
     inputs = task.input_kind(splits)
     model_cfg, param_match = matched_model(spec.model, spec.reference, inputs)

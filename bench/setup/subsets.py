@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
 from bench.errors import BenchError
+from bench.records.defaults import FULL_TRAINING_SET
 from bench.task import BatchDataset
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def train_subset(train: Dataset, fraction: float, seed: int,
     """The training split at ``fraction``, and what the record says of it."""
     full = len(train)
     if fraction >= 1.0:
-        return train, {"train_fraction": 1.0, "train_examples": full}
+        return train, {"train_fraction": FULL_TRAINING_SET, "train_examples": full}
     indices = nested_subset(full, fraction, seed, classes)
     info = {"train_fraction": fraction, "train_examples": len(indices), "train_examples_full": full,
             "epoch_examples": full, "stratified": classes is not None,

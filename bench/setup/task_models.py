@@ -18,9 +18,7 @@ from typing import Any
 from omegaconf import Container, OmegaConf
 
 from bench.errors import BenchError
-
-# The scale every task's ``models`` settings describe; other scales are named in ``scales``.
-DEFAULT_SCALE = "s"
+from bench.records.defaults import DEFAULT_SCALE  # other scales are named in ``scales``
 
 
 def family_settings(root: Mapping, model: Mapping) -> tuple[str | None, Mapping]:
