@@ -126,10 +126,12 @@ def _config_walk(results_dir: Path) -> tuple[list[str], int]:
     from bench.setup.compose import compose_config
 
     plain_ids: set[int] = set()
+    kept: list[object] = []  # alive, so that no other object takes a registered id
 
     def register(obj: object) -> None:
         if isinstance(obj, dict | list):
             plain_ids.add(id(obj))
+            kept.append(obj)
             for value in obj.values() if isinstance(obj, dict) else obj:
                 register(value)
 
@@ -182,6 +184,6 @@ def test_the_config_is_read_in_the_setup_room_and_nowhere_below(tmp_path):
     # run_experiment: below bench.setup only the record reads the config (it holds and hashes it).
     stops, climbs = _config_walk(tmp_path)
     rooms = {stop.split(":")[0].rsplit("/", 1)[0] for stop in stops}
-    assert rooms <= {"bench", "bench/setup", "bench/records"}, rooms
+    assert rooms <= {"bench", "bench/setup", "bench/records"}, stops
     assert [s for s in stops if s.startswith("bench/run") or s.startswith("bench/task")] == []
     assert len(stops) <= 25 and climbs <= 5, (len(stops), climbs, stops)

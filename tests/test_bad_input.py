@@ -566,7 +566,10 @@ SUBPROCESS = {"tune-no-search-space", "unknown-task", "data-root-unset", "table-
 
 def _run_in_process(args: list[str], cwd: Path, env: dict[str, str], monkeypatch,
                     capsys) -> tuple[int, str, str]:
-    """``mhab ARGS`` through ``bench.cli.main`` in this process: exit code, stdout, stderr."""
+    """``mhab ARGS`` through ``bench.cli.main`` in this process: exit code, stdout, stderr.
+    What a command sets up for its process (Hydra's logging, the SIGTERM handler) is put back
+    afterwards, so the tests after it see the process as it was."""
+    import logging
     import signal
     import sys
 
@@ -575,6 +578,9 @@ def _run_in_process(args: list[str], cwd: Path, env: dict[str, str], monkeypatch
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # `mhab run` hands its arguments to Hydra there
     handler = signal.getsignal(signal.SIGTERM)
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    saved = {id(lg): (list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in loggers}
     capsys.readouterr()
     try:
         code = main(args)
@@ -582,6 +588,13 @@ def _run_in_process(args: list[str], cwd: Path, env: dict[str, str], monkeypatch
         code = e.code if isinstance(e.code, int) else 1
     finally:
         signal.signal(signal.SIGTERM, handler)
+        for lg in [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                          if isinstance(lg, logging.Logger))]:
+            handlers, level, propagate, disabled = saved.get(id(lg), ([], logging.NOTSET, True, False))
+            for added in set(lg.handlers) - set(handlers):
+                added.close()  # Hydra's handlers hold this test's captured streams and its log file
+            lg.handlers[:], lg.propagate, lg.disabled = handlers, propagate, disabled
+            lg.setLevel(level)
     out = capsys.readouterr()
     return code, out.out, out.err
 
