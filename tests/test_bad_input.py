@@ -17,7 +17,6 @@ import pytest
 import soundfile
 import torch
 
-from bench.cli import main
 from bench.data.files import SOURCES
 from bench.setup.build import check_model_keys
 from bench.setup.compose import CONF_DIR, compose_config, resolved_config
@@ -556,52 +555,43 @@ CATALOGUE: dict[str, Case] = {
 }
 
 
-# Entries run as a user runs them, in a second interpreter: what an import path set in the
+# Entries run as a user runs them, one interpreter each: what an import path set in the
 # environment changes, and one entry of each command, so the real command line stays tested.
-# The rest go through the same entry point (bench.cli.main) in this process, which is what
-# keeps the catalogue within minutes.
+# The rest run through the same entry point (bench.cli.main) one after another in a single
+# second interpreter (``tests/catalogue_runner.py``), which keeps the catalogue within minutes
+# and keeps what a command does to its process (Hydra's logging, signal handlers) out of pytest's.
 SUBPROCESS = {"tune-no-search-space", "unknown-task", "data-root-unset", "table-output-blocked",
               "no-records-to-report", "speed-key-typo", "tune-trials-zero", "unknown-data-name"}
 
 
-def _run_in_process(args: list[str], cwd: Path, env: dict[str, str], monkeypatch,
-                    capsys) -> tuple[int, str, str]:
-    """``mhab ARGS`` through ``bench.cli.main`` in this process: exit code, stdout, stderr.
-    What a command sets up for its process (loggers' handlers, the SIGTERM handler) is put back
-    afterwards, so the tests after it see the process as it was."""
-    import logging
-    import logging.config
-    import signal
+def case_args(name: str, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """An entry's command line and environment, its files made under ``tmp``."""
+    case = CATALOGUE[name]
+    extra = case.setup(tmp) if case.setup else []
+    args = list(case.args)
+    if args[0] == "run":
+        args += [f"results_dir={tmp / 'r'}", f"cache_dir={tmp / 'c'}", *extra]
+    elif args[0] == "speed":
+        args += [f"results_dir={tmp / 's'}", *extra]
+    else:
+        args += extra
+    return args, {"BENCH_CACHE_DIR": str(tmp / "c"), **case.env}
+
+
+@pytest.fixture(scope="session")
+def in_process(tmp_path_factory) -> dict[str, dict]:
+    """Every entry not in ``SUBPROCESS`` (and its ``mhab speed`` twin), run in one second
+    interpreter by ``tests/catalogue_runner.py``: name -> exit code, output, the folder it ran in."""
+    import json
+    import subprocess
     import sys
 
-    # Hydra configures logging with dictConfig, which closes every handler the process has,
-    # pytest's own among them; its console handler writes to stdout, so stderr, what the
-    # entry is judged by, is the same without it.
-    monkeypatch.setattr(logging.config, "dictConfig", lambda config: None)
-    monkeypatch.chdir(cwd)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # `mhab run` hands its arguments to Hydra there
-    handler = signal.getsignal(signal.SIGTERM)
-    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
-                                      if isinstance(lg, logging.Logger))]
-    saved = {id(lg): (list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in loggers}
-    capsys.readouterr()
-    try:
-        code = main(args)
-    except SystemExit as e:  # what `mhab run` exits with from inside Hydra
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        for lg in [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
-                                          if isinstance(lg, logging.Logger))]:
-            handlers, level, propagate, disabled = saved.get(id(lg), ([], logging.NOTSET, True, False))
-            for added in set(lg.handlers) - set(handlers):
-                added.close()  # Hydra's handlers hold this test's captured streams and its log file
-            lg.handlers[:], lg.propagate, lg.disabled = handlers, propagate, disabled
-            lg.setLevel(level)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    root = tmp_path_factory.mktemp("catalogue")
+    names = [n for n in CATALOGUE if n not in SUBPROCESS]
+    out = subprocess.run([sys.executable, "-m", "tests.catalogue_runner", str(root), *names], cwd=ROOT,
+                         capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads((root / "results.json").read_text())
 
 
 def test_each_command_keeps_a_subprocess_entry():
@@ -612,42 +602,29 @@ def test_each_command_keeps_a_subprocess_entry():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CATALOGUE))
-def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path, monkeypatch, capsys):
+def test_bad_input_gives_one_line_and_nonzero_exit(name, tmp_path, request):
     case = CATALOGUE[name]
     if name == "cuda-absent" and torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
-    extra = case.setup(tmp_path) if case.setup else []
-    args = list(case.args)
-    if args[0] == "run":
-        args += [f"results_dir={tmp_path / 'r'}", f"cache_dir={tmp_path / 'c'}", *extra]
-    elif args[0] == "speed":
-        args += [f"results_dir={tmp_path / 's'}", *extra]
-    else:
-        args += extra
-    env = {"BENCH_CACHE_DIR": str(tmp_path / "c"), **case.env}
     if name in SUBPROCESS:
+        args, env = case_args(name, tmp_path)
         out = run_cli(*args, cwd=tmp_path, env=env)
-        code, stdout, stderr = out.returncode, out.stdout, out.stderr
+        result = {"code": out.returncode, "stdout": out.stdout, "stderr": out.stderr, "dir": str(tmp_path)}
     else:
-        code, stdout, stderr = _run_in_process(args, tmp_path, env, monkeypatch, capsys)
-    assert code != 0
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
+        result = request.getfixturevalue("in_process")[name]
+    assert result["code"] != 0
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1, result["stderr"]
     assert lines[0].startswith("mhab: error:") and case.message in lines[0], lines[0]
-    assert "Traceback" not in stdout + stderr
-    assert not [r for r in _readable(tmp_path / "r") if r.get("status") == "ok"]  # (a run's results dir)
-    if args[0] == "run" and name not in NOT_FOR_SPEED:
-        # mhab speed builds its task models through run's own path: the same line. In this
-        # process (the command line itself is tested above): a second interpreter per entry
-        # would cost minutes over the catalogue.
-        monkeypatch.chdir(tmp_path)
-        for key, value in {"BENCH_CACHE_DIR": str(tmp_path / "c"), **case.env}.items():
-            monkeypatch.setenv(key, value)
-        capsys.readouterr()
-        assert main(as_speed_args(args, tmp_path)) == 2
-        assert capsys.readouterr().err.strip().splitlines() == [
+    assert "Traceback" not in result["stdout"] + result["stderr"]
+    folder = Path(result["dir"])
+    assert not [r for r in _readable(folder / "r") if r.get("status") == "ok"]  # (a run's results dir)
+    if "speed" in result:
+        # mhab speed builds its task models through run's own path: the same line, no table.
+        assert result["speed"]["code"] == 2
+        assert result["speed"]["stderr"].strip().splitlines() == [
             lines[0].replace("'mhab run --help'", "'mhab speed --help'")]
-        assert not (tmp_path / "s" / "speed.csv").exists()
+        assert not (folder / "s" / "speed.csv").exists()
 
 
 # Run cases with no speed counterpart: speed neither writes run records nor resumes, and
