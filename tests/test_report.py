@@ -287,8 +287,12 @@ def test_metric_by_length_is_judged_against_each_baseline_family():
     findings = {f.numbers.split(" baseline")[0]: f for f in long_range_findings(pd.DataFrame(), records)}
     conv = findings["13+ source subword tokens: attention bleu 28 vs the best conv1d"]
     assert conv.verdict == "indication against on the longest bucket"
-    assert conv.numbers.endswith(", conv1d, 29 (higher is better); means over 2 seeds, no per-bucket CI, "
-                                 "so indicative")
+    assert conv.numbers.endswith(", conv1d, 29 (higher is better); means over 2 seeds each, no per-bucket "
+                                 "CI, so indicative")
+    # one seed each, on different seeds: one seed per side, not two
+    one_each = [r for r in records if (r["label"], r["seed"]) in {("attention", 0), ("gru", 1)}]
+    (rnn_only,) = long_range_findings(pd.DataFrame(), one_each)
+    assert rnn_only.numbers.endswith("means over 1 seed each, no per-bucket CI, so indicative")
     rnn = findings["13+ source subword tokens: attention bleu 28 vs the best rnn"]
     assert rnn.verdict == "indication for on the longest bucket" and ", gru, 15 " in rnn.numbers
 

@@ -270,7 +270,8 @@ def _by_length_findings(buckets: pd.DataFrame) -> list[Finding]:
         longest = [b for b in order if b in set(attention["length"])][-1]
         at_longest = group[group["length"] == longest]
         mean = at_longest.groupby(["model_family", "model"])["value"].mean()
-        attn = float(mean[ATTENTION].iloc[0])
+        seeds = at_longest.groupby("model")["seed"].nunique()  # each side's own, never pooled
+        attn, attn_seeds = float(mean[ATTENTION].iloc[0]), int(seeds[mean[ATTENTION].index[0]])
         metric, unit = group["metric"].iloc[0], group["unit"].iloc[0]
         higher = higher_is_better(group)
         for family, by_model in mean.drop(ATTENTION, level=0).groupby(level=0):
@@ -281,12 +282,19 @@ def _by_length_findings(buckets: pd.DataFrame) -> list[Finding]:
             findings.append(Finding(
                 where, f"{word} on the longest bucket",
                 f"{longest} {unit}: attention {metric} {attn:.3g} vs the best {family} baseline, "
-                f"{best_model}, {best:.3g} ({direction(higher)}); means over "
-                f"{at_longest['seed'].nunique()} seeds, no per-bucket CI, so indicative"))
+                f"{best_model}, {best:.3g} ({direction(higher)}); "
+                f"{_seeds_each(attn_seeds, int(seeds[best_model]))}, no per-bucket CI, so indicative"))
     return findings or no_data(missing)
 
 
 # ---------------------------------------------------------------- time to quality
+def _seeds_each(attention: int, baseline: int) -> str:
+    """How many seeds each side's mean is over, in words."""
+    if attention == baseline:
+        return f"means over {attention} seed{'s' * (attention != 1)} each"
+    return f"means over {attention} (attention) and {baseline} (baseline) seeds"
+
+
 def learning_curves(records: list[dict]) -> pd.DataFrame:
     """Every validation of every record: one row per (run, epoch), with the samples seen and
     wall time since training began (records from before these were recorded have none)."""
