@@ -15,7 +15,7 @@ from scipy import stats
 
 from bench.records.atomic import atomic_write, atomic_write_text
 from bench.records.columns import COLUMNS, NAMES
-from bench.records.numbers import fmt
+from bench.records.numbers import fmt, whole
 from bench.records.record import RECORD, UNHASHED_KEYS, read_record, with_later_keys
 
 GROUP = ["task", "dataset", "model", "variant", "setting"]
@@ -254,14 +254,13 @@ def compact_summary(frame: pd.DataFrame) -> pd.DataFrame:
     and minutes per run. ``--all`` prints every column."""
     agg = aggregate(frame)
     model = [label(m, v, s) for m, v, s in zip(agg["model"], agg["variant"], agg["setting"], strict=True)]
-    metric = [f"{fmt(m)} ± {fmt(c, 2)}" if not math.isnan(c) else fmt(m)
-              for m, c in zip(agg["mean"], agg["ci95"], strict=True)]
+    metric = [_mean_ci(m, c) for m, c in zip(agg["mean"], agg["ci95"], strict=True)]
     better = ["higher" if h else "lower" for h in agg["higher_is_better"]]
     return pd.DataFrame({
         "task": agg["task"], "dataset": agg["dataset"], "model": model,
         "metric": [f"{name} ({b} better)" for name, b in zip(agg["metric_name"], better, strict=True)],
         "test (mean ± 95% CI)": metric, "seeds": agg["seeds"],
-        "params": [f"{int(p):,}" if p == p else "-" for p in agg["params"]],
+        "params": [whole(p) for p in agg["params"]],
         "train samples/s": [fmt(v) for v in agg["train_samples_per_s"]],
         "wall min": [fmt(v / 60) for v in agg["wall_time_s"]],
     })
@@ -278,9 +277,13 @@ def run_list_columns(frame: pd.DataFrame) -> list[str]:
 TUNING_COLUMNS = ("study", "trial", "role")
 
 
+def _mean_ci(mean: float, ci95: float) -> str:
+    """A mean and the half-width of its 95% interval, as tables print them."""
+    return f"{fmt(mean)} ± {fmt(ci95, 2)}" if not math.isnan(ci95) else fmt(mean)
+
+
 def _cell(row: pd.Series) -> str:
-    spread = f" ± {fmt(row['ci95'], 2)}" if not math.isnan(row["ci95"]) else ""
-    return f"{fmt(row['mean'])}{spread} ({row['seeds']})"
+    return f"{_mean_ci(row['mean'], row['ci95'])} ({row['seeds']})"
 
 
 def markdown_summary(frame: pd.DataFrame) -> str:

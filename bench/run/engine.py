@@ -156,10 +156,10 @@ def fit(
     return {**trained, **path, **final}
 
 
-def _selection(task: Task, epoch: int, ema: ModelEmaV3 | None, ema_decay: float | None) -> str:
-    """The record's words for which weights were kept."""
+def _selection(task: Task, epoch: int, ema_decay: float | None) -> str:
+    """The record's words for which weights were kept (``build_ema`` averages when a decay is set)."""
     rule = "max" if task.higher_is_better else "min"
-    average = "" if ema is None else f", of the weights' moving average (EMA decay {ema_decay})"
+    average = f", of the weights' moving average (EMA decay {ema_decay})" if ema_decay else ""
     return f"best validation {task.metric_name} ({rule}) after each epoch: epoch {epoch}{average}"
 
 
@@ -340,7 +340,7 @@ def train(
         best.offer(val["metric"], epoch, opt.evaluated)
         progress.end_epoch(step, loss_sum / loss_count, val, best.value)
     return {"val_metric": best.value, "best_epoch": best.epoch, "epochs_run": len(history), "steps": step,
-            "checkpoint_selection": _selection(task, best.epoch, opt.ema, cfg.ema_decay), "history": history,
+            "checkpoint_selection": _selection(task, best.epoch, cfg.ema_decay), "history": history,
             "train_seconds": time.perf_counter() - start, "train_samples_per_s": throughput.samples_per_s,
             "train_timed_steps": max(0, step - cfg.timing_warmup_steps),
             "train_activation_mb": activation_mb, "train_activation_batch": first[-1].shape[0]}
